@@ -1,0 +1,3 @@
+from pgfleet.cli import main
+
+main()

@@ -1,0 +1,51 @@
+"""Connections: opening them with a clear, password-free error, and the DSN redaction."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import psycopg
+
+from pgfleet.errors import DatabaseUnavailable
+
+_URL_PASSWORD = re.compile(r"(?P<head>^[a-z][a-z0-9+.-]*://[^:/@?#]*:)(?P<pw>[^@]*)(?=@)", re.I)
+_KV_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S+)", re.I)
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<pw>[^&#]*)", re.I)
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN with any password replaced by ***, for logs, errors and process titles."""
+    dsn = _URL_PASSWORD.sub(r"\g<head>***", dsn)
+    dsn = _QUERY_PASSWORD.sub(r"\g<head>***", dsn)
+    return _KV_PASSWORD.sub(r"\g<head>***", dsn)
+
+
+def scrub(text: str, dsn: str | None) -> str:
+    """Remove the password of `dsn` from an arbitrary message (a driver error, say)."""
+    if not dsn:
+        return text
+    for pattern in (_URL_PASSWORD, _QUERY_PASSWORD, _KV_PASSWORD):
+        for match in pattern.finditer(dsn):
+            secret = match["pw"].strip("'")
+            if secret:
+                text = text.replace(secret, "***")
+    return text
+
+
+def resolve_dsn(explicit: str | None = None) -> str | None:
+    """The database URL: an explicit one, else PGFLEET_DATABASE_URL, else DATABASE_URL."""
+    return explicit or os.environ.get("PGFLEET_DATABASE_URL") or os.environ.get("DATABASE_URL")
+
+
+def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
+    """Open a connection, turning failures into one password-free line."""
+    kwargs.setdefault("connect_timeout", 10)
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, **kwargs)
+    except psycopg.OperationalError as exc:
+        first_line = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", dsn)
+        raise DatabaseUnavailable(
+            f"cannot connect to the database {redact_dsn(dsn)}: {first_line}"
+        ) from None

@@ -1,0 +1,72 @@
+"""A thread that LISTENs for new-job notifications on a connection of its own.
+
+NOTIFY is only a hint (DESIGN invariant 7): when the connection drops, the listener
+reconnects with jittered backoff and then reports a wake-up, because notifications sent
+while it was away are lost and the worker must poll to catch up.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from pgfleet.db import connect, scrub
+from pgfleet.errors import DatabaseUnavailable
+
+log = logging.getLogger("pgfleet.listener")
+
+CHANNEL = "pgfleet_jobs"
+WAKE_ALL = ""  # passed to the callback after a reconnect: "poll every queue now"
+# A silent TCP connection can be dead without either side knowing; probe it this often.
+PROBE_INTERVAL = 15.0
+
+
+class Listener:
+    def __init__(self, dsn: str, on_notify: Callable[[str], None]) -> None:
+        self.dsn = dsn
+        self.on_notify = on_notify
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="pgfleet-listener", daemon=True)
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _run(self) -> None:
+        delay = 0.0
+        while not self.stopping.is_set():
+            try:
+                self._listen()
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                if self.stopping.is_set():
+                    return
+                delay = min(10.0, max(0.1, delay * 2))
+                log.warning("listener connection lost (%s); reconnecting in %.1fs",
+                            scrub(str(exc).strip().splitlines()[0] if str(exc) else "", self.dsn),
+                            delay)
+                self.stopping.wait(random.uniform(delay / 2, delay))
+            finally:
+                if self.conn is not None:
+                    self.conn.close()
+                    self.conn = None
+
+    def _listen(self) -> None:
+        self.conn = connect(self.dsn, autocommit=True)
+        self.conn.execute(f"LISTEN {CHANNEL}")
+        self.on_notify(WAKE_ALL)
+        next_probe = time.monotonic() + PROBE_INTERVAL
+        while not self.stopping.is_set():
+            for note in self.conn.notifies(timeout=0.5, stop_after=64):
+                self.on_notify(note.payload)
+            if time.monotonic() >= next_probe:
+                self.conn.execute("SELECT 1")
+                next_probe = time.monotonic() + PROBE_INTERVAL

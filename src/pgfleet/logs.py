@@ -1,0 +1,40 @@
+"""Log set-up: one line per event, plain text by default, JSON with --log-format json."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "pid": record.process,
+            "message": record.getMessage(),
+        }
+        event = getattr(record, "event", None)
+        if event:
+            entry["event"] = event
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def setup(fmt: str = "plain", level: str | None = None) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+        ))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level or os.environ.get("PGFLEET_LOG_LEVEL", "INFO").upper())

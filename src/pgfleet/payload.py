@@ -1,0 +1,114 @@
+"""Checks applied to everything an enqueue writes, before any SQL is sent."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from pgfleet.errors import PayloadError
+
+MAX_ARGS_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+PRIORITY_RANGE = (-1000, 1000)
+ATTEMPTS_RANGE = (1, 1000)
+NAME_LIMITS = {"task": 255, "queue": 128, "unique_key": 255}
+
+
+def _check_scalar(value: Any, path: str) -> None:
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise PayloadError(path, f"{value!r} is not a JSON number")
+        return
+    if isinstance(value, str):
+        _check_text(value, path)
+        return
+    raise PayloadError(path, f"a {type(value).__name__} is not JSON; pass plain JSON values")
+
+
+def _check_text(value: str, path: str) -> None:
+    # PostgreSQL's jsonb refuses \u0000, and a lone surrogate cannot be encoded as UTF-8.
+    if "\x00" in value:
+        raise PayloadError(path, "a NUL character cannot be stored")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PayloadError(path, "contains a lone surrogate, which is not valid text") from None
+
+
+def _walk(value: Any, path: str) -> None:
+    """Iterative walk, so a hostile nesting depth cannot blow the Python stack."""
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise PayloadError(where, f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise PayloadError(where, f"key {key!r} is not a string")
+                _check_text(key, where)
+                stack.append((child, f"{where}.{key}", depth + 1))
+        elif isinstance(item, (list, tuple)):
+            for index, child in enumerate(item):
+                stack.append((child, f"{where}[{index}]", depth + 1))
+        else:
+            _check_scalar(item, where)
+
+
+def args_json(args: Any, limit: int = MAX_ARGS_BYTES) -> str:
+    """Validate `args` and return it as JSON text; raises PayloadError naming the field."""
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise PayloadError("args", f"must be a JSON object (a dict), got {type(args).__name__}")
+    _walk(args, "args")
+    text = json.dumps(args, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise PayloadError("args", f"is {size} bytes, over the limit of {limit} bytes")
+    return text
+
+
+def name(field: str, value: Any) -> str:
+    limit = NAME_LIMITS[field]
+    if not isinstance(value, str):
+        raise PayloadError(field, f"must be a string, got {type(value).__name__}")
+    if not value or not value.strip():
+        raise PayloadError(field, "must not be empty")
+    if len(value) > limit:
+        raise PayloadError(field, f"is {len(value)} characters, over the limit of {limit}")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise PayloadError(field, "must not contain control characters")
+    _check_text(value, field)
+    return value
+
+
+def bounded_int(field: str, value: Any, bounds: tuple[int, int]) -> int:
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PayloadError(field, f"must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise PayloadError(field, f"{value} is out of range {low}..{high}")
+    return value
+
+
+def run_at(value: Any) -> datetime:
+    if not isinstance(value, datetime):
+        raise PayloadError("run_at", f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise PayloadError("run_at", "must be timezone-aware (a naive time is ambiguous)")
+    return value
+
+
+def delay_seconds(value: Any) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PayloadError("delay", "must be a number of seconds or a timedelta")
+    if value < 0:
+        raise PayloadError("delay", "must not be negative")
+    return float(value)

@@ -1,0 +1,267 @@
+"""One function per named SQL query in sql/queries.sql.
+
+Every function takes the connection to run on, so the caller decides the transaction:
+the application's own (transactional enqueue) or a worker's autocommit connection.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import psycopg
+
+Conn = psycopg.Connection[Any]
+
+_BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def queries() -> dict[str, str]:
+    """Parse sql/queries.sql once per process into {name: statement}."""
+    text = (resources.files("pgfleet") / "sql" / "queries.sql").read_text("utf-8")
+    parts = _BLOCK.split(text)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def q(name: str) -> bytes:
+    return queries()[name].encode()
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    task: str
+    args: Any
+    attempt: int
+    max_attempts: int
+    args_size: int
+    wait_seconds: float
+
+
+def enqueue(
+    conn: Conn,
+    *,
+    task: str,
+    args_json: str,
+    queue: str,
+    priority: int,
+    delay: float,
+    run_at: datetime | None,
+    max_attempts: int,
+    unique_key: str | None,
+) -> int:
+    params: dict[str, Any] = dict(
+        task=task, args=args_json, queue=queue, priority=priority,
+        max_attempts=max_attempts, unique_key=unique_key,
+    )
+    if run_at is not None:
+        params["run_at"] = run_at
+        row = conn.execute(q("enqueue_at"), params).fetchone()
+    else:
+        params["delay"] = delay
+        row = conn.execute(q("enqueue"), params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def enqueue_many(conn: Conn, rows: Sequence[dict[str, Any]]) -> list[int]:
+    """Insert rows in one statement; returns ids in input order (existing ids for keys
+    an unfinished job already holds)."""
+    params = {
+        "queues": [r["queue"] for r in rows],
+        "tasks": [r["task"] for r in rows],
+        "args": [r["args_json"] for r in rows],
+        "priorities": [r["priority"] for r in rows],
+        "run_ats": [r["run_at"] for r in rows],
+        "delays": [r["delay"] for r in rows],
+        "max_attempts": [r["max_attempts"] for r in rows],
+        "unique_keys": [r["unique_key"] for r in rows],
+    }
+    inserted = conn.execute(q("enqueue_many"), params).fetchall()
+    keyless = [row[0] for row in inserted if row[1] is None]
+    by_key = {row[1]: row[0] for row in inserted if row[1] is not None}
+    missing = [r["unique_key"] for r in rows if r["unique_key"] and r["unique_key"] not in by_key]
+    if missing:
+        found = conn.execute(q("existing_by_unique_key"), {"unique_keys": missing}).fetchall()
+        by_key.update({key: job_id for key, job_id in found})
+    # RETURNING follows the insertion order, which follows ORDER BY ord.
+    keyless_iter = iter(keyless)
+    ids = []
+    for r in rows:
+        ids.append(by_key[r["unique_key"]] if r["unique_key"] else next(keyless_iter))
+    return ids
+
+
+def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float) -> list[ClaimedJob]:
+    rows = conn.execute(
+        q("claim"), {"queue": queue, "limit": limit, "worker": worker, "lease": lease}
+    ).fetchall()
+    return [ClaimedJob(*row) for row in rows]
+
+
+def complete_succeeded(
+    conn: Conn, *, worker: str, done: Sequence[tuple[int, int]]
+) -> set[int]:
+    """Mark (id, attempt) pairs succeeded; returns the ids whose row this worker still held."""
+    if not done:
+        return set()
+    rows = conn.execute(
+        q("complete_succeeded"),
+        {"worker": worker, "ids": [d[0] for d in done], "attempts": [d[1] for d in done]},
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+@dataclass(frozen=True)
+class Failure:
+    id: int
+    attempt: int
+    error: str
+    delay: float
+    final: bool
+
+
+def complete_failed(conn: Conn, *, worker: str, failures: Sequence[Failure]) -> dict[int, str]:
+    """Record failures; returns {id: new state} for rows this worker still held."""
+    if not failures:
+        return {}
+    rows = conn.execute(
+        q("complete_failed"),
+        {
+            "worker": worker,
+            "ids": [f.id for f in failures],
+            "attempts": [f.attempt for f in failures],
+            "errors": [f.error for f in failures],
+            "delays": [f.delay for f in failures],
+            "finals": [f.final for f in failures],
+        },
+    ).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> list[int]:
+    rows = conn.execute(
+        q("give_back"), {"worker": worker, "ids": list(ids) if ids is not None else None}
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def renew_leases(conn: Conn, *, worker: str, lease: float) -> None:
+    conn.execute(q("renew_leases"), {"worker": worker, "lease": lease})
+
+
+def rescue_holder(conn: Conn, *, worker: str, error: str) -> list[tuple[int, str, str]]:
+    rows = conn.execute(q("rescue_holder"), {"worker": worker, "error": error}).fetchall()
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+def rescue_expired(conn: Conn, *, limit: int) -> list[tuple[int, str, str]]:
+    rows = conn.execute(q("rescue_expired"), {"limit": limit}).fetchall()
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+def prune_finished(conn: Conn, *, retention: float, limit: int) -> int:
+    cur = conn.execute(q("prune_finished"), {"retention": retention, "limit": limit})
+    return cur.rowcount
+
+
+def retry_job(conn: Conn, job_id: int) -> str | None:
+    """Requeue a dead or cancelled job; returns its queue, or None if it was not retryable."""
+    row = conn.execute(q("retry_job"), {"id": job_id}).fetchone()
+    if row is None:
+        return None
+    conn.execute(q("notify_queue"), {"queue": row[1]})
+    return str(row[1])
+
+
+def retry_dead_of_queue(conn: Conn, queue: str) -> list[int]:
+    rows = conn.execute(q("retry_dead_of_queue"), {"queue": queue}).fetchall()
+    if rows:
+        conn.execute(q("notify_queue"), {"queue": queue})
+    return [row[0] for row in rows]
+
+
+def cancel_job(conn: Conn, job_id: int) -> bool:
+    return conn.execute(q("cancel_job"), {"id": job_id}).fetchone() is not None
+
+
+def set_paused(conn: Conn, queue: str, paused: bool) -> None:
+    conn.execute(q("set_paused"), {"queue": queue, "paused": paused})
+    if not paused:
+        conn.execute(q("notify_queue"), {"queue": queue})
+
+
+_JOB_FIELDS = (
+    "id", "queue", "task", "args", "state", "priority", "run_at", "attempt", "max_attempts",
+    "lease_holder", "lease_expires_at", "created_at", "started_at", "finished_at",
+    "last_error", "errors", "unique_key",
+)
+_LIST_FIELDS = (
+    "id", "queue", "task", "state", "priority", "run_at", "attempt", "max_attempts",
+    "created_at", "finished_at", "last_error",
+)
+
+
+def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
+    row = conn.execute(q("get_job"), {"id": job_id}).fetchone()
+    return dict(zip(_JOB_FIELDS, row, strict=True)) if row else None
+
+
+def list_jobs(
+    conn: Conn, *, queue: str | None, state: str | None, limit: int
+) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        q("list_jobs"), {"queue": queue, "state": state, "limit": limit}
+    ).fetchall()
+    return [dict(zip(_LIST_FIELDS, row, strict=True)) for row in rows]
+
+
+def register_process(
+    conn: Conn, *, id: str, host: str, pid: int, kind: str, queue: str | None,
+    supervisor: str | None,
+) -> None:
+    conn.execute(
+        q("register_process"),
+        {"id": id, "host": host, "pid": pid, "kind": kind, "queue": queue,
+         "supervisor": supervisor},
+    )
+
+
+def heartbeat_process(conn: Conn, id: str) -> None:
+    conn.execute(q("heartbeat_process"), {"id": id})
+
+
+def unregister_process(conn: Conn, id: str) -> None:
+    conn.execute(q("unregister_process"), {"id": id})
+
+
+def prune_processes(conn: Conn, stale_after: float) -> int:
+    return conn.execute(q("prune_processes"), {"stale_after": stale_after}).rowcount
+
+
+def queue_counts(conn: Conn) -> list[tuple[str, str, int]]:
+    return [(r[0], r[1], int(r[2])) for r in conn.execute(q("queue_counts")).fetchall()]
+
+
+def oldest_waiting(conn: Conn) -> dict[str, float]:
+    return {r[0]: float(r[1]) for r in conn.execute(q("oldest_waiting")).fetchall()}
+
+
+def paused_queues(conn: Conn) -> set[str]:
+    return {r[0] for r in conn.execute(q("paused_queues")).fetchall()}
+
+
+def finished_last_minute(conn: Conn) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in conn.execute(q("finished_last_minute")).fetchall()}
+
+
+def processes(conn: Conn) -> list[dict[str, Any]]:
+    cur = conn.execute(q("processes"))
+    names = [c.name for c in cur.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

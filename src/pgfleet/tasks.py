@@ -1,0 +1,137 @@
+"""The @task decorator and the registry that workers run from.
+
+A worker only runs functions found in the registry, which is filled by importing the
+modules named in the configuration. A task name read from the database is only ever a
+key into that registry: it is never imported or resolved as a path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, overload
+
+from pgfleet.backoff import Backoff
+from pgfleet.errors import PgfleetError
+
+
+class PermanentError(PgfleetError):
+    """Raise from a task to fail the job for good: it goes to `dead` without retries."""
+
+
+class InvalidArguments(PermanentError):
+    """The job's args do not fit the task's signature."""
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    fn: Callable[..., Any]
+    queue: str | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    backoff: Backoff | None = None
+    is_async: bool = field(default=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def bind(self, args: Any) -> inspect.BoundArguments:
+        """Check job args against the signature before the call, so a bad row fails as
+        'invalid arguments' instead of a TypeError from deep inside the task."""
+        if not isinstance(args, dict):
+            raise InvalidArguments(
+                f"invalid arguments: args must be a JSON object, got {type(args).__name__}"
+            )
+        try:
+            return inspect.signature(self.fn).bind(**args)
+        except TypeError as exc:
+            raise InvalidArguments(f"invalid arguments: {exc}") from None
+
+
+_TASKS: dict[str, Task] = {}
+
+
+def _seconds(value: float | timedelta | None) -> float | None:
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def _backoff(value: Backoff | Mapping[str, float] | None) -> Backoff | None:
+    if value is None or isinstance(value, Backoff):
+        return value
+    return Backoff(**dict(value))
+
+
+@overload
+def task(fn: Callable[..., Any], /) -> Task: ...
+@overload
+def task(
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    timeout: float | timedelta | None = None,
+    backoff: Backoff | Mapping[str, float] | None = None,
+) -> Callable[[Callable[..., Any]], Task]: ...
+
+
+def task(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    timeout: float | timedelta | None = None,
+    backoff: Backoff | Mapping[str, float] | None = None,
+) -> Task | Callable[[Callable[..., Any]], Task]:
+    """Register a function (plain or `async def`) as a task.
+
+    The default name is `module.function`. `queue` and `max_attempts` are defaults for
+    enqueueing; `timeout` and `backoff` override the queue's settings for this task.
+    """
+
+    def register(f: Callable[..., Any]) -> Task:
+        task_name = name or f"{f.__module__}.{f.__qualname__}"
+        existing = _TASKS.get(task_name)
+        if existing is not None and existing.fn is not f:
+            same_place = (existing.fn.__module__, existing.fn.__qualname__) == (
+                f.__module__, f.__qualname__)
+            if not same_place:
+                raise PgfleetError(f"task name {task_name!r} is registered twice")
+        created = Task(
+            name=task_name, fn=f, queue=queue, max_attempts=max_attempts,
+            timeout=_seconds(timeout), backoff=_backoff(backoff),
+            is_async=inspect.iscoroutinefunction(f),
+        )
+        _TASKS[task_name] = created
+        return created
+
+    return register(fn) if fn is not None else register
+
+
+class Registry:
+    """The tasks a worker may run, looked up by name and never by import."""
+
+    def __init__(self, tasks: Mapping[str, Task]) -> None:
+        self._tasks = dict(tasks)
+
+    def get(self, name: str) -> Task | None:
+        return self._tasks.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tasks)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+
+def load_registry(modules: Iterable[str]) -> Registry:
+    """Import the configured task modules (operator input, never job data) and return
+    every task registered so far."""
+    for module in modules:
+        importlib.import_module(module)
+    return Registry(_TASKS)

@@ -1,0 +1,131 @@
+"""Validate the Prometheus alert rules, their unit tests and the example config with promtool."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROM_DIR = REPO_ROOT / "config" / "prometheus"
+ALERTS = PROM_DIR / "alerts.yml"
+ALERTS_TEST = PROM_DIR / "alerts_test.yml"
+PROM_CONFIG = PROM_DIR / "prometheus.yml"
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+EXPECTED_ALERTS = {
+    "PgfleetBacklogTooOld",
+    "PgfleetDeadJobsIncreasing",
+    "PgfleetQueueCrashLooping",
+    "PgfleetNoSupervisor",
+    "PgfleetScheduleMissed",
+}
+
+KNOWN_METRICS = {
+    "pgfleet_jobs_enqueued_total",
+    "pgfleet_jobs_started_total",
+    "pgfleet_jobs_finished_total",
+    "pgfleet_job_retries_total",
+    "pgfleet_job_duration_seconds",
+    "pgfleet_job_wait_seconds",
+    "pgfleet_queue_jobs",
+    "pgfleet_queue_oldest_job_age_seconds",
+    "pgfleet_queue_paused",
+    "pgfleet_workers",
+    "pgfleet_workers_busy",
+    "pgfleet_worker_restarts_total",
+    "pgfleet_queue_failed",
+    "pgfleet_jobs_rescued_total",
+    "pgfleet_schedule_runs_total",
+    "pgfleet_schedule_last_run_timestamp_seconds",
+    "pgfleet_schedule_next_run_timestamp_seconds",
+    "pgfleet_supervisor_up",
+    "pgfleet_build_info",
+}
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    # Run from the config directory as well: rule_files are relative to the config file,
+    # and this proves that promtool does not depend on the working directory.
+    return subprocess.run(
+        [PROMTOOL, *args],
+        cwd=PROM_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _assert_ok(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+
+
+def _alert_rules() -> list[dict[str, object]]:
+    data = yaml.safe_load(ALERTS.read_text())
+    groups = {group["name"]: group for group in data["groups"]}
+    assert "pgfleet" in groups
+    return [rule for rule in groups["pgfleet"]["rules"] if "alert" in rule]
+
+
+def test_promtool_is_installed() -> None:
+    assert Path(PROMTOOL).exists(), "promtool is required (Debian package prometheus)"
+
+
+def test_check_rules() -> None:
+    _assert_ok(_promtool("check", "rules", str(ALERTS)))
+
+
+def test_rule_unit_tests() -> None:
+    result = _promtool("test", "rules", str(ALERTS_TEST))
+    _assert_ok(result)
+    assert "SUCCESS" in result.stdout + result.stderr
+
+
+def test_check_config() -> None:
+    result = _promtool("check", "config", str(PROM_CONFIG))
+    _assert_ok(result)
+    # The config references alerts.yml by a relative path; promtool must have found it.
+    assert "1 rule files found" in result.stdout + result.stderr
+
+
+def test_expected_alerts_are_defined() -> None:
+    names = [str(rule["alert"]) for rule in _alert_rules()]
+    assert len(names) == len(set(names))
+    assert set(names) == EXPECTED_ALERTS
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_ALERTS))
+def test_every_alert_has_a_unit_test_that_fires_and_one_that_does_not(name: str) -> None:
+    data = yaml.safe_load(ALERTS_TEST.read_text())
+    cases = [
+        case
+        for test in data["tests"]
+        for case in test.get("alert_rule_test", [])
+        if case["alertname"] == name
+    ]
+    assert any(case.get("exp_alerts") for case in cases), f"{name} never expected to fire"
+    assert any(not case.get("exp_alerts") for case in cases), f"{name} never expected silent"
+
+
+@pytest.mark.parametrize("rule", _alert_rules(), ids=lambda rule: str(rule["alert"]))
+def test_alert_has_severity_annotations_and_known_metrics(rule: dict[str, object]) -> None:
+    labels = rule.get("labels")
+    annotations = rule.get("annotations")
+    assert isinstance(labels, dict)
+    assert isinstance(annotations, dict)
+    assert labels.get("severity") in {"warning", "critical"}
+    assert annotations.get("summary")
+    assert annotations.get("description")
+    expr = str(rule["expr"])
+    for name in re.findall(r"pgfleet_[a-z_]+", expr):
+        assert re.sub(r"_(bucket|count|sum)$", "", name) in KNOWN_METRICS, name
+    # Database-backed gauges are identical on every host: aggregate with max, never sum.
+    for gauge in ("pgfleet_queue_oldest_job_age_seconds", "pgfleet_queue_paused"):
+        if gauge in expr:
+            assert re.search(rf"max by \([a-z_, ]+\) \({gauge}\b", expr), expr

@@ -1,0 +1,293 @@
+"""Static checks of the Grafana dashboard shipped in grafana/dashboards/pgfleet.json."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = REPO_ROOT / "grafana" / "dashboards" / "pgfleet.json"
+PROVISIONING = REPO_ROOT / "grafana" / "provisioning"
+
+KNOWN_METRICS = {
+    "pgfleet_jobs_enqueued_total",
+    "pgfleet_jobs_started_total",
+    "pgfleet_jobs_finished_total",
+    "pgfleet_job_retries_total",
+    "pgfleet_job_duration_seconds",
+    "pgfleet_job_wait_seconds",
+    "pgfleet_queue_jobs",
+    "pgfleet_queue_oldest_job_age_seconds",
+    "pgfleet_queue_paused",
+    "pgfleet_workers",
+    "pgfleet_workers_busy",
+    "pgfleet_worker_restarts_total",
+    "pgfleet_queue_failed",
+    "pgfleet_jobs_rescued_total",
+    "pgfleet_schedule_runs_total",
+    "pgfleet_schedule_last_run_timestamp_seconds",
+    "pgfleet_schedule_next_run_timestamp_seconds",
+    "pgfleet_supervisor_up",
+    "pgfleet_build_info",
+}
+
+# Read from the database and exported identically by every host: summing them across
+# instances multiplies the value by the number of hosts.
+DATABASE_GAUGES = {
+    "pgfleet_queue_jobs",
+    "pgfleet_queue_oldest_job_age_seconds",
+    "pgfleet_schedule_last_run_timestamp_seconds",
+    "pgfleet_schedule_next_run_timestamp_seconds",
+    "pgfleet_queue_paused",
+}
+
+# Metrics without a queue label; all others must honour the $queue variable.
+QUEUELESS_METRICS = {
+    "pgfleet_schedule_runs_total",
+    "pgfleet_schedule_last_run_timestamp_seconds",
+    "pgfleet_schedule_next_run_timestamp_seconds",
+    "pgfleet_supervisor_up",
+    "pgfleet_build_info",
+}
+
+AGGREGATIONS = {
+    "sum", "avg", "max", "min", "count", "group", "stddev", "stdvar",
+    "topk", "bottomk", "quantile", "count_values",
+}  # fmt: skip
+
+DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
+
+_TOKEN = re.compile(
+    r'"(?:\\.|[^"\\])*"'  # string literal
+    r"|\{[^}]*\}"  # label matchers
+    r"|\[[^\]]*\]"  # range / subquery
+    r"|[A-Za-z_:][A-Za-z0-9_:]*"  # identifier
+    r"|[()]"
+)
+
+
+def base_metric(name: str) -> str:
+    return re.sub(r"_(bucket|count|sum)$", "", name)
+
+
+def metric_names(expr: str) -> set[str]:
+    return {base_metric(name) for name in re.findall(r"pgfleet_[a-z_]+", expr)}
+
+
+def innermost_aggregations(expr: str) -> list[tuple[str, str | None]]:
+    """Return (metric, innermost enclosing aggregation operator or None) for each selector."""
+    stack: list[str] = []
+    result: list[tuple[str, str | None]] = []
+    prev: str | None = None
+    grouping_owner: str | None = None  # aggregation owning the `by (...)` just closed
+    owner_of_by: str | None = None  # aggregation written just before `by` / `without`
+    for token in _TOKEN.findall(expr):
+        if token == "(":
+            if prev in AGGREGATIONS:
+                kind = prev
+            elif prev in {"by", "without"}:
+                kind = "grouping"
+            elif prev == ")" and grouping_owner:
+                kind = grouping_owner
+            else:
+                kind = "paren"
+            stack.append(kind)
+            grouping_owner = None
+        elif token == ")":
+            closed = stack.pop() if stack else "paren"
+            grouping_owner = owner_of_by if closed == "grouping" else None
+        elif token in {"by", "without"}:
+            owner_of_by = prev if prev in AGGREGATIONS else None
+        elif token.startswith("pgfleet_"):
+            enclosing = [kind for kind in stack if kind in AGGREGATIONS]
+            result.append((token, enclosing[-1] if enclosing else None))
+        if not token.startswith(("{", "[", '"')):
+            prev = token
+    return result
+
+
+def test_innermost_aggregation_parser() -> None:
+    assert innermost_aggregations("sum(max by (queue) (pgfleet_queue_jobs))") == [
+        ("pgfleet_queue_jobs", "max")
+    ]
+    assert innermost_aggregations('sum by (queue) (pgfleet_queue_jobs{state="x"})') == [
+        ("pgfleet_queue_jobs", "sum")
+    ]
+    assert innermost_aggregations("sum(pgfleet_queue_jobs) by (queue)") == [
+        ("pgfleet_queue_jobs", "sum")
+    ]
+    assert innermost_aggregations("max(sum by (queue) (pgfleet_queue_paused))") == [
+        ("pgfleet_queue_paused", "sum")
+    ]
+    assert innermost_aggregations("time() - pgfleet_schedule_last_run_timestamp_seconds") == [
+        ("pgfleet_schedule_last_run_timestamp_seconds", None)
+    ]
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return data
+
+
+def all_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    panels: list[dict[str, Any]] = []
+    for panel in dashboard["panels"]:
+        panels.append(panel)
+        panels.extend(panel.get("panels", []))  # collapsed rows nest their panels
+    return panels
+
+
+def data_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return [panel for panel in all_panels(dashboard) if panel["type"] != "row"]
+
+
+def all_exprs(dashboard: dict[str, Any]) -> list[str]:
+    return [target["expr"] for panel in data_panels(dashboard) for target in panel["targets"]]
+
+
+def test_dashboard_identity(dashboard: dict[str, Any]) -> None:
+    assert "__inputs" not in dashboard
+    assert "__requires" not in dashboard
+    assert dashboard["uid"] == "pgfleet-overview"
+    assert dashboard["title"] == "pgfleet"
+    assert 36 <= dashboard["schemaVersion"] <= 41
+    assert "${DS_" not in DASHBOARD.read_text()
+
+
+def test_template_variables(dashboard: dict[str, Any]) -> None:
+    variables = {var["name"]: var for var in dashboard["templating"]["list"]}
+    datasource = variables["datasource"]
+    assert datasource["type"] == "datasource"
+    assert datasource["query"] == "prometheus"
+    queue = variables["queue"]
+    assert queue["type"] == "query"
+    assert queue["datasource"] == DATASOURCE_REF
+    query = queue["query"]
+    query_text = query["query"] if isinstance(query, dict) else query
+    assert query_text == "label_values(pgfleet_jobs_started_total, queue)"
+    assert queue["includeAll"] is True
+    assert queue["multi"] is True
+    assert queue["allValue"] == ".*"
+
+
+def test_panels_have_datasource_and_targets(dashboard: dict[str, Any]) -> None:
+    panels = data_panels(dashboard)
+    assert len(panels) >= 15
+    for panel in panels:
+        title = panel["title"]
+        assert panel["type"] in {"timeseries", "stat"}, title
+        assert panel["datasource"] == DATASOURCE_REF, title
+        targets = panel["targets"]
+        assert targets, title
+        ref_ids = [target["refId"] for target in targets]
+        assert len(ref_ids) == len(set(ref_ids)), title
+        for target in targets:
+            assert target.get("expr", "").strip(), title
+            assert target.get("datasource", DATASOURCE_REF) == DATASOURCE_REF, title
+
+
+def test_panel_ids_and_layout(dashboard: dict[str, Any]) -> None:
+    panels = all_panels(dashboard)
+    ids = [panel["id"] for panel in panels]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        pos = panel["gridPos"]
+        assert pos["x"] + pos["w"] <= 24, panel["title"]
+        for x in range(pos["x"], pos["x"] + pos["w"]):
+            for y in range(pos["y"], pos["y"] + pos["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps another panel"
+                cells.add((x, y))
+
+
+def test_required_panels_present(dashboard: dict[str, Any]) -> None:
+    exprs = "\n".join(all_exprs(dashboard))
+    for needle in (
+        "sum by (outcome) (rate(pgfleet_jobs_finished_total",
+        "rate(pgfleet_jobs_enqueued_total",
+        "rate(pgfleet_job_retries_total",
+        "max by (queue, state) (pgfleet_queue_jobs",
+        "max by (queue) (pgfleet_queue_oldest_job_age_seconds",
+        "sum by (le, queue) (rate(pgfleet_job_wait_seconds_bucket",
+        "rate(pgfleet_job_duration_seconds_bucket",
+        "pgfleet_workers{",
+        "pgfleet_workers_busy{",
+        "sum by (queue, reason) (rate(pgfleet_worker_restarts_total",
+        "rate(pgfleet_jobs_rescued_total",
+        "rate(pgfleet_schedule_runs_total",
+        "time() - max by (schedule) (pgfleet_schedule_last_run_timestamp_seconds)",
+        "pgfleet_supervisor_up",
+        "pgfleet_queue_failed",
+    ):
+        assert needle in exprs, needle
+    for quantile in ("0.5", "0.95", "0.99"):
+        assert exprs.count(f"histogram_quantile({quantile},") == 2, quantile
+
+
+def test_only_known_metrics(dashboard: dict[str, Any]) -> None:
+    for expr in all_exprs(dashboard):
+        unknown = metric_names(expr) - KNOWN_METRICS
+        assert not unknown, f"{expr}: unknown metrics {unknown}"
+
+
+def test_rates_use_rate_interval(dashboard: dict[str, Any]) -> None:
+    for expr in all_exprs(dashboard):
+        for window in re.findall(r"\b(?:rate|increase|irate)\([^\[]*\[([^\]]+)\]", expr):
+            assert window == "$__rate_interval", expr
+
+
+def test_queue_variable_applied(dashboard: dict[str, Any]) -> None:
+    for expr in all_exprs(dashboard):
+        for name, matchers in re.findall(r"(pgfleet_[a-z_]+)(\{[^}]*\})?", expr):
+            if base_metric(name) in QUEUELESS_METRICS:
+                continue
+            assert 'queue=~"$queue"' in matchers, f"{name} in {expr}"
+
+
+def test_database_gauges_never_summed_across_hosts(dashboard: dict[str, Any]) -> None:
+    for expr in all_exprs(dashboard):
+        for metric, aggregation in innermost_aggregations(expr):
+            if metric in DATABASE_GAUGES:
+                assert aggregation == "max", f"{metric} must be wrapped in max by: {expr}"
+
+
+def test_exprs_are_valid_promql(dashboard: dict[str, Any], tmp_path: Path) -> None:
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    rules = [
+        {
+            "record": f"pgfleet_dashboard:check_{index}",
+            "expr": expr.replace("$__rate_interval", "1m").replace("$queue", ".*"),
+        }
+        for index, expr in enumerate(all_exprs(dashboard))
+    ]
+    rules_file = tmp_path / "dashboard_exprs.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run(
+        [promtool, "check", "rules", str(rules_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_provisioning_files() -> None:
+    datasources = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yaml").read_text())
+    (source,) = datasources["datasources"]
+    assert source["name"] == "Prometheus"
+    assert source["type"] == "prometheus"
+    assert source["uid"] == "prometheus"
+    assert source["url"] == "http://prometheus:9090"
+    providers = yaml.safe_load((PROVISIONING / "dashboards" / "pgfleet.yaml").read_text())
+    (provider,) = providers["providers"]
+    assert provider["type"] == "file"
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
