@@ -1,9 +1,20 @@
 """pgfleet: background jobs on PostgreSQL alone."""
 
 from pgfleet.client import enqueue, enqueue_many
+from pgfleet.context import JobContext, current_job
 from pgfleet.errors import PayloadError, PgfleetError
-from pgfleet.tasks import task
+from pgfleet.tasks import PermanentError, task
 
 __version__ = "0.1.0"
 
-__all__ = ["PayloadError", "PgfleetError", "__version__", "enqueue", "enqueue_many", "task"]
+__all__ = [
+    "JobContext",
+    "PayloadError",
+    "PermanentError",
+    "PgfleetError",
+    "__version__",
+    "current_job",
+    "enqueue",
+    "enqueue_many",
+    "task",
+]

@@ -74,7 +74,7 @@ def emit(data: Any, as_json: bool, text: Callable[[], None]) -> None:
 @click.option("--log-format", type=click.Choice(["plain", "json"]), default="plain",
               show_default=True, help="Log line format.")
 @click.pass_context
-def main(ctx: click.Context, database_url: str | None, log_format: str) -> None:
+def cli(ctx: click.Context, database_url: str | None, log_format: str) -> None:
     """pgfleet: background jobs on PostgreSQL alone."""
     logs.setup(log_format)
     ctx.ensure_object(dict)
@@ -82,7 +82,7 @@ def main(ctx: click.Context, database_url: str | None, log_format: str) -> None:
     ctx.obj["log_format"] = log_format
 
 
-@main.command()
+@cli.command()
 @click.option("--target", type=int, help="Stop at this version (default: the latest).")
 @friendly
 def migrate(target: int | None) -> None:
@@ -93,26 +93,28 @@ def migrate(target: int | None) -> None:
     click.echo(f"schema version {version}")
 
 
-def parse_delay(value: str) -> float:
+def parse_delay(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
     match = _DELAY.match(value)
     if not match:
         raise click.BadParameter("expected a duration like 10s, 5m, 1h or 250ms")
     return float(match[1]) * _DELAY_UNITS[match[2]]
 
 
-@main.command()
+@cli.command()
 @click.argument("task")
 @click.option("--args", "args_text", default="{}", show_default=True,
               help="The job's arguments as a JSON object.")
 @click.option("--queue", default=client.DEFAULT_QUEUE, show_default=True)
 @click.option("--priority", type=int, default=0, show_default=True,
               help="Lower runs first (-1000..1000).")
-@click.option("--delay", help="Run after this long, e.g. 10s, 5m.")
+@click.option("--delay", callback=parse_delay, help="Run after this long, e.g. 10s, 5m.")
 @click.option("--run-at", help="Run at this ISO-8601 time (with a UTC offset).")
 @click.option("--max-attempts", type=int)
 @click.option("--unique-key", help="Add nothing if an unfinished job holds this key.")
 @friendly
-def enqueue(task: str, args_text: str, queue: str, priority: int, delay: str | None,
+def enqueue(task: str, args_text: str, queue: str, priority: int, delay: float | None,
             run_at: str | None, max_attempts: int | None, unique_key: str | None) -> None:
     """Add a job and print its id."""
     try:
@@ -128,13 +130,13 @@ def enqueue(task: str, args_text: str, queue: str, priority: int, delay: str | N
     with database() as conn:
         job_id = client.enqueue(
             conn, task, args, queue=queue, priority=priority,
-            delay=parse_delay(delay) if delay else None, run_at=when,
+            delay=delay, run_at=when,
             max_attempts=max_attempts, unique_key=unique_key,
         )
     click.echo(job_id)
 
 
-@main.command()
+@cli.command()
 @click.option("--queue", "queue_name", required=True, help="The queue to work.")
 @click.option("--tasks", "modules", required=True, multiple=True,
               help="Module whose @task functions may run (repeatable).")
@@ -163,7 +165,7 @@ def worker(queue_name: str, modules: tuple[str, ...], threads: int, poll_interva
 
 # ---- jobs ------------------------------------------------------------------------------
 
-@main.group()
+@cli.group()
 def jobs() -> None:
     """List, show, retry and cancel jobs."""
 
@@ -244,7 +246,7 @@ def jobs_cancel(job_id: int) -> None:
 
 # ---- queues ----------------------------------------------------------------------------
 
-@main.group()
+@cli.group()
 def queues() -> None:
     """Pause and resume queues (on every host)."""
 
@@ -267,3 +269,17 @@ def queues_resume(queue: str) -> None:
     with database() as conn:
         store.set_paused(conn, queue, False)
     click.echo(f"queue {queue!r} resumed")
+
+
+def main() -> None:
+    """Console entry point: click's usage errors become one line and exit status 2."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        fail("aborted", 130)
+    except click.ClickException as exc:
+        where = f" ({exc.ctx.command_path})" if getattr(exc, "ctx", None) else ""
+        fail(f"{exc.format_message()}{where}", EXIT_USAGE)
+    except SystemExit:
+        raise
+    sys.exit(0)

@@ -50,20 +50,22 @@ def _row(
 ) -> dict[str, Any]:
     """Validate one job's fields; raises PayloadError before anything is written."""
     if isinstance(task, Task):
-        queue = queue or task.queue
-        max_attempts = max_attempts or task.max_attempts
+        queue = task.queue if queue is None else queue
+        max_attempts = task.max_attempts if max_attempts is None else max_attempts
         task = task.name
     if delay is not None and run_at is not None:
         raise PayloadError("run_at", "give either delay or run_at, not both")
     return {
         "task": payload.name("task", task),
         "args_json": payload.args_json(args),
-        "queue": payload.name("queue", queue or DEFAULT_QUEUE),
+        "queue": payload.name("queue", DEFAULT_QUEUE if queue is None else queue),
         "priority": payload.bounded_int("priority", priority, payload.PRIORITY_RANGE),
         "delay": payload.delay_seconds(delay) if delay is not None else 0.0,
         "run_at": payload.run_at(run_at) if run_at is not None else None,
         "max_attempts": payload.bounded_int(
-            "max_attempts", max_attempts or DEFAULT_MAX_ATTEMPTS, payload.ATTEMPTS_RANGE
+            "max_attempts",
+            DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
+            payload.ATTEMPTS_RANGE,
         ),
         "unique_key": payload.name("unique_key", unique_key) if unique_key is not None else None,
     }

@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import metrics, store
+from pgfleet import context, metrics, store
 from pgfleet.backoff import Backoff
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
@@ -392,6 +392,11 @@ class Worker:
             running.deadline = started + running.deadline
             running.thread_id = threading.get_ident()
         outcome = Outcome(running)
+        job = running.job
+        context.set_current(context.JobContext(
+            id=job.id, queue=self.s.queue, task=job.task, attempt=job.attempt,
+            max_attempts=job.max_attempts, worker=self.s.worker_id,
+        ))
         try:
             self._call(running)
         except JobTimeout:
@@ -405,6 +410,7 @@ class Worker:
         finally:
             with self.guard:
                 running.thread_id = None
+            context.set_current(None)
         outcome.seconds = time.monotonic() - started
         return outcome
 

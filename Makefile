@@ -1,0 +1,16 @@
+# The two commands of the README: `make setup` installs everything, `make test` runs the tests.
+PYTHON ?= python3
+
+.PHONY: setup test lint quickstart bench
+
+setup:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
+	$(PYTHON) -m pip install -q -e '.[dev]'
+
+test: lint
+	$(PYTHON) -m pytest -q
+
+lint:
+	$(PYTHON) -m ruff check src tests bench examples
+	$(PYTHON) -m mypy

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support import pg
+
+ROOT = Path(__file__).resolve().parent.parent
+SUPPORT = ROOT / "tests" / "support"
+
+
+@pytest.fixture(scope="session")
+def template_db() -> Iterator[str]:
+    name = pg.make_template()
+    yield name
+    pg.drop_database(name)
+
+
+@pytest.fixture
+def dsn(template_db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A migrated database of this test's own, with an audit table."""
+    with pg.fresh_database(template_db) as url:
+        monkeypatch.setenv("PGFLEET_AUDIT_DSN", url)
+        monkeypatch.setenv("PGFLEET_DATABASE_URL", url)
+        yield url
+
+
+@pytest.fixture
+def empty_dsn() -> Iterator[str]:
+    """A database with no pgfleet schema."""
+    with pg.fresh_database(None) as url:
+        yield url
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _tasks_importable() -> None:
+    # Worker subprocesses import tests.support.jobtasks; so does the in-process worker.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )

@@ -1,0 +1,222 @@
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgfleet
+from pgfleet import store
+from tests.support.workers import scalar, states, wait_for, worker_process, worker_thread
+
+
+def audit_counts(dsn: str) -> dict[int, int]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT job_id, count(*) FROM audit WHERE event = 'finished'"
+                            " GROUP BY job_id").fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def test_sixteen_workers_drain_twenty_thousand_jobs_exactly_once(dsn: str) -> None:
+    ids = pgfleet.enqueue_many(dsn, [{"task": "noop", "args": {"i": i}, "max_attempts": 3}
+                                     for i in range(20_000)])
+    procs = [worker_process(dsn, "default", "--threads", "2") for _ in range(8)]
+    try:
+        wait_for(lambda: states(dsn).get("succeeded") == 20_000, timeout=240, interval=0.5)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            assert p.wait(30) == 0, p.stderr.read() if p.stderr else ""
+    counts = audit_counts(dsn)
+    assert set(counts) == set(ids)
+    assert set(counts.values()) == {1}
+    assert scalar(dsn, "SELECT max(attempt) FROM pgfleet.jobs") == 1
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs WHERE attempt > max_attempts") == 0
+    assert scalar(dsn, "SELECT count(DISTINCT pid) FROM audit") > 1
+
+
+def test_notify_wakes_a_worker_whose_poll_interval_is_a_minute(dsn: str) -> None:
+    with worker_thread(dsn, poll_interval=60.0) as worker:
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pgfleet.processes") == 1)
+        wait_for(lambda: worker.listener is not None and worker.listener.conn is not None)
+        job_id = pgfleet.enqueue(dsn, "noop")
+        # Polling alone would take 60 s; 10 s only guards against a hang.
+        wait_for(lambda: audit_counts(dsn).get(job_id) == 1, timeout=10)
+
+
+def test_polling_alone_picks_up_jobs_when_notifications_are_off(dsn: str) -> None:
+    with worker_thread(dsn, notify=False, poll_interval=0.2) as worker:
+        assert worker.listener is None
+        job_id = pgfleet.enqueue(dsn, "noop")
+        wait_for(lambda: audit_counts(dsn).get(job_id) == 1, timeout=10)
+
+
+def test_async_task_runs(dsn: str) -> None:
+    with worker_thread(dsn, threads=4):
+        ids = pgfleet.enqueue_many(dsn, [{"task": "async_noop", "args": {"value": i}}
+                                         for i in range(20)])
+        wait_for(lambda: states(dsn).get("succeeded") == 20)
+    assert set(audit_counts(dsn)) == set(ids)
+
+
+def test_retry_backoff_dead_then_manual_retry(dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "fail", {"message": "always"}, max_attempts=3)
+    with worker_thread(dsn):
+        wait_for(lambda: states(dsn).get("dead") == 1)
+    job = store.get_job(psycopg.connect(dsn, autocommit=True), job_id)
+    assert job is not None
+    assert job["attempt"] == 3 and job["state"] == "dead"
+    assert [e["attempt"] for e in job["errors"]] == [1, 2, 3]
+    assert all("RuntimeError: always" in e["error"] for e in job["errors"])
+    assert job["last_error"].startswith("RuntimeError: always")
+    starts = [r[0] for r in psycopg.connect(dsn).execute(
+        "SELECT at FROM audit WHERE job_id = %s ORDER BY at", (job_id,)).fetchall()]
+    gaps = [(b - a).total_seconds() for a, b in zip(starts, starts[1:], strict=False)]
+    # The task's backoff: 0.05 s then 0.1 s (no jitter); each retry waits at least that.
+    assert gaps[0] >= 0.05 and gaps[1] >= 0.1
+
+    out = subprocess.run([sys.executable, "-m", "pgfleet", "jobs", "retry", str(job_id)],
+                         capture_output=True, text=True, check=True)
+    assert "queued again" in out.stdout
+    assert scalar(dsn, "SELECT attempt FROM pgfleet.jobs WHERE id = %s", (job_id,)) == 0
+    with worker_thread(dsn):
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s",
+                                (job_id,)) == 6)
+        wait_for(lambda: states(dsn).get("dead") == 1)
+
+
+def test_retry_all_dead_of_a_queue_and_a_failure_that_recovers(dsn: str) -> None:
+    ok = pgfleet.enqueue(dsn, "fail_once", max_attempts=2)
+    dead = [pgfleet.enqueue(dsn, "fail", queue="q", max_attempts=1) for _ in range(3)]
+    with worker_thread(dsn), worker_thread(dsn, queue="q"):
+        wait_for(lambda: states(dsn) == {"succeeded": 1, "dead": 3})
+    assert scalar(dsn, "SELECT attempt FROM pgfleet.jobs WHERE id = %s", (ok,)) == 2
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert sorted(store.retry_dead_of_queue(conn, "q")) == sorted(dead)
+    assert states(dsn) == {"succeeded": 1, "queued": 3}
+
+
+def test_cancel_a_queued_job(dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "noop", delay=3600)
+    out = subprocess.run([sys.executable, "-m", "pgfleet", "jobs", "cancel", str(job_id)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "cancelled" in out.stdout
+    again = subprocess.run([sys.executable, "-m", "pgfleet", "jobs", "cancel", str(job_id)],
+                           capture_output=True, text=True)
+    assert again.returncode == 1 and "only queued jobs cancel" in again.stderr
+    assert states(dsn) == {"cancelled": 1}
+
+
+def test_pause_and_resume_a_queue(dsn: str) -> None:
+    run = [sys.executable, "-m", "pgfleet", "queues"]
+    subprocess.run([*run, "pause", "default"], check=True, capture_output=True)
+    job_id = pgfleet.enqueue(dsn, "noop")
+    with worker_thread(dsn, poll_interval=0.1) as worker:
+        wait_for(lambda: worker.next_poll > 0)
+        # Several polls pass; the paused queue yields nothing.
+        threading.Event().wait(1.0)
+        assert states(dsn) == {"queued": 1}
+        subprocess.run([*run, "resume", "default"], check=True, capture_output=True)
+        wait_for(lambda: audit_counts(dsn).get(job_id) == 1, timeout=10)
+
+
+def test_a_worker_that_lost_its_lease_cannot_complete(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 1.0})
+    caplog.set_level(logging.WARNING, logger="pgfleet.worker")
+    with worker_thread(dsn):
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE event = 'started'"))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # Another worker took it over (as the rescue would after an expired lease).
+            conn.execute("UPDATE pgfleet.jobs SET lease_holder = 'host-b:1:ff', "
+                         "attempt = attempt + 1 WHERE id = %s", (job_id,))
+        wait_for(lambda: audit_counts(dsn).get(job_id) == 1)
+        wait_for(lambda: "lease lost" in caplog.text)
+    row = psycopg.connect(dsn).execute(
+        "SELECT state::text, lease_holder, attempt FROM pgfleet.jobs WHERE id = %s",
+        (job_id,)).fetchone()
+    assert row == ("running", "host-b:1:ff", 2)
+
+
+def test_fenced_completion_touches_no_row(conn: psycopg.Connection[Any], dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "noop")
+    [job] = store.claim(conn, queue="default", limit=5, worker="a", lease=60)
+    assert job.id == job_id and job.attempt == 1
+    assert store.complete_succeeded(conn, worker="b", done=[(job_id, 1)]) == set()
+    assert store.complete_succeeded(conn, worker="a", done=[(job_id, 2)]) == set()
+    assert store.complete_succeeded(conn, worker="a", done=[(job_id, 1)]) == {job_id}
+
+
+def test_skip_locked_claims_never_overlap(dsn: str) -> None:
+    pgfleet.enqueue_many(dsn, [{"task": "noop"}] * 2000)
+    claimed: list[list[int]] = [[] for _ in range(6)]
+    barrier = threading.Barrier(6)
+
+    def claimer(index: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            barrier.wait()
+            while batch := store.claim(c, queue="default", limit=7, worker=f"w{index}",
+                                       lease=60):
+                claimed[index].extend(j.id for j in batch)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [i for part in claimed for i in part]
+    assert len(every) == 2000 and len(set(every)) == 2000
+    assert sum(1 for part in claimed if part) > 1
+
+
+def test_claim_order_is_priority_then_due_time(conn: psycopg.Connection[Any], dsn: str) -> None:
+    low = pgfleet.enqueue(dsn, "noop", priority=5)
+    high = pgfleet.enqueue(dsn, "noop", priority=-5)
+    later = pgfleet.enqueue(dsn, "noop", priority=-5, delay=3600)
+    mid = pgfleet.enqueue(dsn, "noop")
+    got = [j.id for j in store.claim(conn, queue="default", limit=10, worker="w", lease=60)]
+    assert got == [high, mid, low] and later not in got
+
+
+def test_unknown_and_importable_task_names_fail_without_importing(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name in ("no_such_task", "antigravity.geohash", "this"):
+            conn.execute("INSERT INTO pgfleet.jobs (queue, task, max_attempts)"
+                         " VALUES ('default', %s, 2)", (name,))
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task, args) VALUES"
+                     " ('default', 'noop', '\"a string\"')")
+    before = set(sys.modules)
+    with worker_thread(dsn):
+        wait_for(lambda: states(dsn).get("dead") == 4)
+    assert not {"antigravity", "this"} & (set(sys.modules) - before)
+    errors = dict(psycopg.connect(dsn).execute(
+        "SELECT task, last_error FROM pgfleet.jobs").fetchall())
+    assert "unknown task 'no_such_task'" in errors["no_such_task"]
+    assert "unknown task 'antigravity.geohash'" in errors["antigravity.geohash"]
+    assert "invalid arguments" in errors["noop"]
+    assert scalar(dsn, "SELECT attempt FROM pgfleet.jobs WHERE task = 'this'") == 2
+    assert scalar(dsn, "SELECT attempt FROM pgfleet.jobs WHERE task = 'noop'") == 1
+
+
+def test_worker_reconnects_after_its_connections_are_killed(dsn: str) -> None:
+    pgfleet.enqueue_many(dsn, [{"task": "sleep", "args": {"seconds": 0.02}}] * 300)
+    with worker_thread(dsn, threads=4):
+        for _ in range(3):
+            wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit") > 0)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                killed = conn.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    " AND application_name <> 'audit'").fetchone()
+            assert killed and killed[0] >= 1
+            threading.Event().wait(0.3)
+        wait_for(lambda: states(dsn).get("succeeded") == 300, timeout=60)
+    # Outcomes wait in memory across the reconnect: no job ran twice or used a second attempt.
+    assert set(audit_counts(dsn).values()) == {1} and len(audit_counts(dsn)) == 300
+    assert scalar(dsn, "SELECT max(attempt) FROM pgfleet.jobs") == 1
