@@ -278,7 +278,8 @@ def main() -> None:
     except click.exceptions.Abort:
         fail("aborted", 130)
     except click.ClickException as exc:
-        where = f" ({exc.ctx.command_path})" if getattr(exc, "ctx", None) else ""
+        ctx = getattr(exc, "ctx", None)
+        where = f" ({ctx.command_path})" if ctx is not None else ""
         fail(f"{exc.format_message()}{where}", EXIT_USAGE)
     except SystemExit:
         raise

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import logging
 import subprocess
 import sys
@@ -76,7 +77,7 @@ def test_retry_backoff_dead_then_manual_retry(dsn: str) -> None:
     assert job["last_error"].startswith("RuntimeError: always")
     starts = [r[0] for r in psycopg.connect(dsn).execute(
         "SELECT at FROM audit WHERE job_id = %s ORDER BY at", (job_id,)).fetchall()]
-    gaps = [(b - a).total_seconds() for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
     # The task's backoff: 0.05 s then 0.1 s (no jitter); each retry waits at least that.
     assert gaps[0] >= 0.05 and gaps[1] >= 0.1
 
