@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -15,6 +18,7 @@ import click
 import psycopg
 
 from pgfleet import __version__, client, logs, migrations, store
+from pgfleet.config import Config, ConfigError, config_json_schema, load_config
 from pgfleet.db import connect, resolve_dsn, scrub
 from pgfleet.errors import PgfleetError
 
@@ -79,6 +83,7 @@ def cli(ctx: click.Context, database_url: str | None, log_format: str) -> None:
     logs.setup(log_format)
     ctx.ensure_object(dict)
     ctx.obj["dsn"] = resolve_dsn(database_url)
+    ctx.obj["explicit_dsn"] = database_url
     ctx.obj["log_format"] = log_format
 
 
@@ -284,3 +289,121 @@ def main() -> None:
     except SystemExit:
         raise
     sys.exit(0)
+
+
+# ---- configuration and the supervisor ------------------------------------------------
+
+def load_or_exit(path: str) -> Config:
+    """Validate the file; on any problem print every one and exit 2, before anything
+    is forked or connected."""
+    from pgfleet.preflight import missing_modules
+
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        for line in exc.errors:
+            click.echo(scrub(line, None), err=True)
+        sys.exit(EXIT_USAGE)
+    sys.path.insert(0, os.getcwd())
+    problems = missing_modules(config)
+    if problems:
+        for line in problems:
+            click.echo(line, err=True)
+        sys.exit(EXIT_USAGE)
+    return config
+
+
+def config_dsn(config: Config) -> str | None:
+    root = click.get_current_context().find_root().obj
+    return root.get("explicit_dsn") or config.database_url or root.get("dsn")
+
+
+@cli.command()
+@click.option("-c", "--config", "path", required=True, type=click.Path(dir_okay=False),
+              help="The pgfleet.yaml file.")
+@friendly
+def check(path: str) -> None:
+    """Validate a config file as `run` would, and check the connection budget."""
+    from pgfleet.preflight import unregistered_schedule_tasks
+
+    config = load_or_exit(path)
+    problems, warnings = unregistered_schedule_tasks(config)
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
+    if problems:
+        for line in problems:
+            click.echo(line, err=True)
+        sys.exit(EXIT_USAGE)
+    needed = connection_budget(config)
+    dsn = config_dsn(config)
+    if dsn:
+        with connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute(
+                "SELECT current_setting('max_connections')::int"
+                " - current_setting('superuser_reserved_connections')::int").fetchone()
+        available = int(row[0]) if row else 0
+        if needed > available:
+            click.echo(f"warning: this host alone needs {needed} connections; the server "
+                       f"allows {available} (max_connections less reserved ones)", err=True)
+    click.echo(f"{path}: ok ({len(config.queues)} queue(s), {len(config.schedules)} "
+               f"schedule(s), {needed} database connection(s) per host)")
+
+
+def connection_budget(config: Config) -> int:
+    """Connections one host opens: per worker process one, plus one to LISTEN when
+    notifications are on; maintenance, scheduler and exporter one each."""
+    per_worker = 2 if config.notify else 1
+    workers = sum(q.processes for q in config.queues.values())
+    helpers = 1 + (1 if config.schedules else 0) + (1 if config.metrics.enabled else 0)
+    return workers * per_worker + helpers
+
+
+@cli.command("config-schema")
+def config_schema() -> None:
+    """Print the JSON Schema of pgfleet.yaml."""
+    click.echo(json.dumps(config_json_schema(), indent=2))
+
+
+@cli.command()
+@click.option("-c", "--config", "path", required=True, type=click.Path(dir_okay=False),
+              help="The pgfleet.yaml file.")
+@friendly
+def run(path: str) -> None:
+    """Run the supervisor of this host: workers, maintenance, scheduler, exporter."""
+    from pgfleet.preflight import check_in_child
+
+    config = load_or_exit(path)
+    dsn = config_dsn(config)
+    if not dsn:
+        fail("no database URL: set database_url in the file, pass --database-url or set "
+             "PGFLEET_DATABASE_URL", EXIT_USAGE)
+    problems, warnings = check_in_child(config)
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
+    if problems:
+        for line in problems:
+            click.echo(line, err=True)
+        sys.exit(EXIT_USAGE)
+    metrics_dir = fresh_metrics_dir()
+    try:
+        # Imported only now: prometheus-client reads PROMETHEUS_MULTIPROC_DIR at import.
+        from pgfleet.supervisor import Supervisor
+
+        code = Supervisor(path, config, dsn).run()
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    sys.exit(code)
+
+
+def fresh_metrics_dir() -> str:
+    """A per-boot directory for prometheus-client's multiprocess files, so counters of a
+    previous run never leak into this one."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        shutil.rmtree(given, ignore_errors=True)
+        os.makedirs(given, exist_ok=True)
+        path = given
+    else:
+        path = tempfile.mkdtemp(prefix="pgfleet-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    return path

@@ -41,6 +41,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -443,6 +444,15 @@ class Config(BaseModel):
             )
         return self
 
+    # Where each key path stood in the file, for errors found after validation
+    # (a task module that does not exist, a schedule naming an unregistered task).
+    _source: str = PrivateAttr(default="<config>")
+    _lines: dict[KeyPath, int] = PrivateAttr(default_factory=dict)
+
+    def where(self, *path: str | int) -> str:
+        """`FILE:LINE: key.path` for a key path of this config."""
+        return f"{self._source}:{_line_for(tuple(path), self._lines)}: {_dotted(tuple(path))}"
+
     def queue_poll_interval(self, name: str) -> float:
         """The polling period of queue `name`, falling back to the top-level one."""
         own = self.queues[name].poll_interval
@@ -516,6 +526,8 @@ def parse_config_text(
         problems.sort(key=lambda problem: problem[0])
         raise ConfigError([_format(filename, *problem) for problem in problems])
     assert config is not None
+    config._source = filename
+    config._lines = dict(builder.lines)
     return config
 
 
@@ -797,7 +809,11 @@ def _message(error: Any, path: KeyPath) -> str:
         return _SIMPLE_MESSAGES[kind]
     if kind in _BOUND_MESSAGES:
         key, words = _BOUND_MESSAGES[kind]
-        return f"expected a value {words} {context.get(key)}"
+        bound = context.get(key)
+        # Show `1`, not `1.0`, for a float field whose bound is a whole number.
+        if isinstance(bound, float) and bound.is_integer():
+            bound = int(bound)
+        return f"expected a value {words} {bound}"
     if kind == "too_short":
         return f"expected at least {context.get('min_length')} entries"
     if kind == "string_too_short":

@@ -119,8 +119,12 @@ def _parse(expr: str) -> _Parsed:
     _check_can_fire(fields[-1], by_name["day-of-month"], by_name["month"])
     has_seconds = len(fields) == 6
     # croniter wants seconds LAST; pgfleet documents them FIRST (like Quartz and Spring).
-    ordered = [*fields[1:], fields[0]] if has_seconds else fields
-    return _Parsed(" ".join(ordered), has_seconds, len(by_name["hour"]) == 24)
+    ordered = " ".join([*fields[1:], fields[0]] if has_seconds else fields)
+    # Only now, with every number in bounds, may croniter expand the fields; it is the
+    # engine that computes fire times, so it must agree the expression is valid.
+    if not croniter.is_valid(ordered):
+        raise CronError("croniter does not accept this expression")
+    return _Parsed(ordered, has_seconds, len(by_name["hour"]) == 24)
 
 
 def _specs_for(count: int) -> tuple[_FieldSpec, ...]:

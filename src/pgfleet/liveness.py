@@ -25,8 +25,14 @@ class BeaconBoard:
     def beacon(self, index: int) -> Beacon:
         return Beacon(self, index)
 
-    def reset(self, index: int) -> None:
-        _SLOT.pack_into(self.memory, index * _SLOT.size, time.monotonic(), 0.0)
+    def reset_unready(self, index: int) -> None:
+        """Before a fork: the start counts as the first beat; -1 jobs means 'not ready'."""
+        _SLOT.pack_into(self.memory, index * _SLOT.size, time.monotonic(), -1.0)
+
+    def was_ready(self, index: int) -> bool:
+        """Did the child in this slot ever beat? A child that died before that failed
+        to start (an import error, say), which the restart policy treats differently."""
+        return self.read(index)[1] >= 0
 
     def read(self, index: int) -> tuple[float, int]:
         beat, busy = _SLOT.unpack_from(self.memory, index * _SLOT.size)

@@ -45,3 +45,76 @@ workers = Gauge(
 workers_busy = Gauge(
     "pgfleet_workers_busy", "Jobs running now.", ["queue"], multiprocess_mode="livesum"
 )
+jobs_rescued = Counter(
+    "pgfleet_jobs_rescued", "Jobs given back from a dead worker or an expired lease.", ["queue"]
+)
+worker_restarts = Counter(
+    "pgfleet_worker_restarts",
+    "Worker processes replaced, by reason (crashed, killed, timeout, recycled, stale, "
+    "start_failed).",
+    ["queue", "reason"],
+)
+queue_failed = Gauge(
+    "pgfleet_queue_failed", "1 when a queue stopped restarting after repeated start failures.",
+    ["queue"], multiprocess_mode="livemax",
+)
+supervisor_up = Gauge(
+    "pgfleet_supervisor_up", "1 while this host's supervisor runs.",
+    multiprocess_mode="livemax",
+)
+build_info = Gauge(
+    "pgfleet_build_info", "The running pgfleet version.", ["version"],
+    multiprocess_mode="livemax",
+)
+# The gauges below come from the database and are the same on every host: dashboards take
+# max() over instances, never sum().
+queue_jobs = Gauge(
+    "pgfleet_queue_jobs", "Jobs per queue and state (queued = due now, scheduled = later).",
+    ["queue", "state"], multiprocess_mode="livemostrecent",
+)
+queue_oldest_age = Gauge(
+    "pgfleet_queue_oldest_job_age_seconds", "Age of the oldest due job waiting.", ["queue"],
+    multiprocess_mode="livemostrecent",
+)
+queue_paused = Gauge(
+    "pgfleet_queue_paused", "1 when the queue is paused.", ["queue"],
+    multiprocess_mode="livemostrecent",
+)
+
+QUEUE_STATES = ("queued", "scheduled", "running", "dead")
+_TASK_LABEL_LIMIT = 120
+
+
+def task_label(name: str) -> str:
+    """A task name read back from the database, bounded for use as a label."""
+    return name if 0 < len(name) <= _TASK_LABEL_LIMIT else UNKNOWN_TASK_LABEL
+
+
+def set_queue_gauges(
+    *,
+    counts: list[tuple[str, str, int]],
+    oldest: dict[str, float],
+    paused: set[str],
+    known: set[str],
+) -> None:
+    """Publish one maintenance pass; queues seen before but now empty read 0, not stale."""
+    queues = known | {c[0] for c in counts} | set(oldest) | paused
+    by_key = {(queue, state): n for queue, state, n in counts}
+    for queue in queues:
+        for state in QUEUE_STATES:
+            queue_jobs.labels(queue, state).set(by_key.get((queue, state), 0))
+        queue_oldest_age.labels(queue).set(oldest.get(queue, 0.0))
+        queue_paused.labels(queue).set(1 if queue in paused else 0)
+schedule_runs = Counter(
+    "pgfleet_schedule_runs", "Jobs enqueued by a schedule (by this host's scheduler).",
+    ["schedule"],
+)
+schedule_last_run = Gauge(
+    "pgfleet_schedule_last_run_timestamp_seconds",
+    "Unix time of the schedule's last fire, from the database (same on every host).",
+    ["schedule"], multiprocess_mode="livemostrecent",
+)
+schedule_next_run = Gauge(
+    "pgfleet_schedule_next_run_timestamp_seconds",
+    "Unix time of the schedule's next fire.", ["schedule"], multiprocess_mode="livemostrecent",
+)

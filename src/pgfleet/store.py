@@ -156,9 +156,10 @@ def renew_leases(conn: Conn, *, worker: str, lease: float) -> None:
     conn.execute(q("renew_leases"), {"worker": worker, "lease": lease})
 
 
-def rescue_holder(conn: Conn, *, worker: str, error: str) -> list[tuple[int, str, str]]:
+def rescue_holder(conn: Conn, *, worker: str, error: str) -> list[tuple[int, str, str, str]]:
+    """Give back a dead worker's jobs: (id, queue, task, new state) of each."""
     rows = conn.execute(q("rescue_holder"), {"worker": worker, "error": error}).fetchall()
-    return [(row[0], row[1], row[2]) for row in rows]
+    return [(row[0], row[1], row[2], row[3]) for row in rows]
 
 
 def rescue_expired(conn: Conn, *, limit: int) -> list[tuple[int, str, str]]:

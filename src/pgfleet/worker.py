@@ -174,7 +174,8 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code."""
-        self._ensure_connection(first=True)
+        if not self._connect_first():
+            return self.exit_code
         for index in range(self.s.threads):
             threading.Thread(
                 target=self._executor, name=f"pgfleet-job-{index}", daemon=True
@@ -239,11 +240,30 @@ class Worker:
 
     # ---- database ----------------------------------------------------------------------
 
+    def _connect_first(self) -> bool:
+        """Wait for the database with backoff (it may come up after us); False if told
+        to stop first. Beats meanwhile, so the supervisor sees a live, waiting process."""
+        while True:
+            try:
+                self._ensure_connection(first=True)
+                return True
+            except (DatabaseUnavailable, psycopg.OperationalError) as exc:
+                self._backoff_reconnect()
+                log.error("worker %s: %s; retrying in %.1fs", self.s.worker_id,
+                          scrub(str(exc), self.s.dsn), self.reconnect_delay)
+            deadline = time.monotonic() + self.reconnect_delay
+            while time.monotonic() < deadline:
+                if self.s.beacon is not None:
+                    self.s.beacon.beat(0)
+                if self.stop_mode or os.getppid() != self.parent:
+                    return False
+                self.wake.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+
     def _ensure_connection(self, first: bool = False) -> None:
         if self.conn is not None and not self.conn.closed:
             return
-        if self.reconnect_delay:
-            time.sleep(self.reconnect_delay)
+        if self.reconnect_delay and not first:
+            self.wake.wait(self.reconnect_delay)
         try:
             self.conn = connect(self.s.dsn, autocommit=True)
         except DatabaseUnavailable as exc:

@@ -100,7 +100,7 @@ UPDATE pgfleet.jobs
                     'attempt', attempt, 'at', now(), 'error', %(error)s::text)),
        lease_holder = NULL, lease_expires_at = NULL
  WHERE lease_holder = %(worker)s AND state = 'running'
-RETURNING id, queue, state::text
+RETURNING id, queue, task, state::text
 
 -- name: rescue_expired
 -- R3b: leases that ran out belong to a host that vanished or froze. SKIP LOCKED lets the

@@ -1,0 +1,95 @@
+"""What each kind of forked child runs. Imported by the arbiter, but the heavy imports
+(the worker, task modules, the database driver's connections) happen only in the child."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pgfleet.config import Config
+from pgfleet.liveness import Beacon
+
+log = logging.getLogger("pgfleet.children")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One place in the desired set of children: (kind, queue, index)."""
+
+    kind: str
+    queue: str | None = None
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Identity:
+    worker_id: str
+    supervisor_id: str
+    supervisor_pid: int
+    title: str
+    beacon: Beacon
+    rescue_fd: int
+
+
+def run(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
+    if slot.kind == "worker":
+        return run_worker(config, dsn, slot, me)
+    if slot.kind == "maintenance":
+        return run_maintenance(config, dsn, me)
+    if slot.kind == "scheduler":
+        return run_scheduler(config, dsn, me)
+    if slot.kind == "exporter":
+        return run_exporter(config, dsn, me)
+    raise ValueError(f"unknown child kind {slot.kind!r}")
+
+
+def run_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
+    from pgfleet.backoff import Backoff
+    from pgfleet.process import set_title
+    from pgfleet.supervisor import EXIT_START_FAILED
+    from pgfleet.tasks import load_registry
+    from pgfleet.worker import Worker, WorkerSettings
+
+    assert slot.queue is not None
+    queue = config.queues[slot.queue]
+    try:
+        registry = load_registry(config.task_modules(slot.queue))
+    except Exception as exc:
+        log.error("worker of queue %r cannot import its tasks: %s: %s", slot.queue,
+                  type(exc).__name__, exc)
+        return EXIT_START_FAILED
+    b = queue.backoff
+    worker = Worker(WorkerSettings(
+        dsn=dsn, queue=slot.queue, registry=registry, threads=queue.threads,
+        prefetch=queue.prefetch, poll_interval=config.queue_poll_interval(slot.queue),
+        notify=config.notify, lease=config.supervisor.lease,
+        heartbeat_interval=config.supervisor.heartbeat_interval, timeout=queue.timeout,
+        kill_grace=queue.kill_grace, shutdown_timeout=config.supervisor.shutdown_timeout,
+        backoff=Backoff(initial=b.initial, max=b.max, factor=b.factor, jitter=b.jitter),
+        max_jobs=queue.max_jobs, max_memory=queue.max_memory, worker_id=me.worker_id,
+        supervisor_id=me.supervisor_id,
+        title=lambda status: set_title(f"{me.title}: {status}"), beacon=me.beacon,
+    ))
+    worker.install_signal_handlers()
+    return worker.run()
+
+
+def run_maintenance(config: Config, dsn: str, me: Identity) -> int:
+    from pgfleet.maintenance import Maintenance
+
+    return Maintenance(
+        config, dsn, supervisor_id=me.supervisor_id, supervisor_pid=me.supervisor_pid,
+        rescue_fd=me.rescue_fd, beacon=me.beacon,
+    ).run()
+
+
+def run_scheduler(config: Config, dsn: str, me: Identity) -> int:
+    from pgfleet.scheduler import Scheduler
+
+    return Scheduler(config, dsn, beacon=me.beacon).run()
+
+
+def run_exporter(config: Config, dsn: str, me: Identity) -> int:
+    from pgfleet.exporter import Exporter
+
+    return Exporter(config, dsn, beacon=me.beacon, supervisor_pid=me.supervisor_pid).run()

@@ -1,0 +1,167 @@
+"""The maintenance process: gives back jobs of dead workers, prunes finished jobs,
+heartbeats the supervisor's row and measures queues for the metrics."""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from typing import Any
+
+import psycopg
+
+from pgfleet import metrics, store
+from pgfleet.config import Config
+from pgfleet.db import connect, scrub
+from pgfleet.errors import DatabaseUnavailable
+from pgfleet.liveness import Beacon
+
+log = logging.getLogger("pgfleet.maintenance")
+
+RESCUE_BATCH = 1000
+PRUNE_EVERY = 60.0
+
+
+class Maintenance:
+    def __init__(self, config: Config, dsn: str, *, supervisor_id: str, supervisor_pid: int,
+                 rescue_fd: int, beacon: Beacon | None) -> None:
+        self.config = config
+        self.dsn = dsn
+        self.supervisor_id = supervisor_id
+        self.supervisor_pid = supervisor_pid
+        self.rescue_fd = rescue_fd
+        self.beacon = beacon
+        self.stopping = False
+        self.buffer = b""
+        self.to_rescue: list[tuple[str, str]] = []
+        self.conn: psycopg.Connection[Any] | None = None
+        self.next_prune = 0.0
+        self.next_heartbeat = 0.0
+        self.parent = os.getppid()
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        os.set_blocking(self.rescue_fd, False)
+        delay = 0.1
+        while not self.stopping:
+            if self.beacon is not None:
+                self.beacon.beat(0)
+            if os.getppid() != self.parent:
+                break
+            self._read_requests(self.config.maintenance.interval)
+            try:
+                self._pass()
+                delay = 0.1
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                log.warning("maintenance pass failed: %s", scrub(str(exc).strip(), self.dsn))
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        # Last requests (a worker killed during shutdown) are still honoured.
+        self._read_requests(0.0)
+        try:
+            self._rescue_requested()
+        except (psycopg.Error, DatabaseUnavailable) as exc:
+            log.warning("final rescue failed: %s", scrub(str(exc).strip(), self.dsn))
+        self._unregister()
+        return 0
+
+    def _stop(self, *_: object) -> None:
+        self.stopping = True
+
+    def _read_requests(self, wait: float) -> None:
+        """The master writes 'WORKER_ID<TAB>REASON' lines when it reaps a worker."""
+        ready, _, _ = select.select([self.rescue_fd], [], [], wait)
+        if not ready:
+            return
+        try:
+            chunk = os.read(self.rescue_fd, 65536)
+        except BlockingIOError:
+            return
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            worker, _, reason = line.decode("utf-8", "replace").partition("\t")
+            if worker:
+                self.to_rescue.append((worker, reason or "worker died"))
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self.conn is None or self.conn.closed:
+            self.conn = connect(self.dsn, autocommit=True)
+        return self.conn
+
+    def _pass(self) -> None:
+        conn = self._connection()
+        self._rescue_requested()
+        now = time.monotonic()
+        if now >= self.next_heartbeat:
+            self._heartbeat(conn)
+            self.next_heartbeat = now + self.config.supervisor.heartbeat_interval
+        for job_id, queue, state in store.rescue_expired(conn, limit=RESCUE_BATCH):
+            metrics.jobs_rescued.labels(queue).inc()
+            log.warning("job %d rescued after its lease expired (now %s)", job_id, state)
+        if now >= self.next_prune:
+            self._prune(conn)
+            self.next_prune = now + PRUNE_EVERY
+        self._measure(conn)
+
+    def _rescue_requested(self) -> None:
+        if not self.to_rescue:
+            return
+        conn = self._connection()
+        while self.to_rescue:
+            worker, reason = self.to_rescue[0]
+            rows = store.rescue_holder(conn, worker=worker, error=reason)
+            for job_id, queue, task, state in rows:
+                metrics.jobs_rescued.labels(queue).inc()
+                metrics.jobs_finished.labels(queue, metrics.task_label(task), "crashed").inc()
+                if state == "dead":
+                    metrics.jobs_finished.labels(queue, metrics.task_label(task), "dead").inc()
+                log.warning("job %d given back from %s (%s): now %s", job_id, worker, reason,
+                            state)
+            store.unregister_process(conn, worker)
+            self.to_rescue.pop(0)
+
+    def _heartbeat(self, conn: psycopg.Connection[Any]) -> None:
+        store.register_process(
+            conn, id=self.supervisor_id, host=socket.gethostname(), pid=self.supervisor_pid,
+            kind="supervisor", queue=None, supervisor=None,
+        )
+        store.prune_processes(conn, self.config.supervisor.stale_after * 4)
+
+    def _prune(self, conn: psycopg.Connection[Any]) -> None:
+        total = 0
+        while True:
+            removed = store.prune_finished(
+                conn, retention=self.config.maintenance.retention,
+                limit=self.config.maintenance.prune_batch,
+            )
+            total += removed
+            if removed < self.config.maintenance.prune_batch or self.stopping:
+                break
+        if total:
+            log.info("pruned %d finished job(s)", total)
+
+    def _measure(self, conn: psycopg.Connection[Any]) -> None:
+        metrics.set_queue_gauges(
+            counts=store.queue_counts(conn),
+            oldest=store.oldest_waiting(conn),
+            paused=store.paused_queues(conn),
+            known=set(self.config.queues),
+        )
+
+    def _unregister(self) -> None:
+        try:
+            conn = self._connection()
+            store.unregister_process(conn, self.supervisor_id)
+        except (psycopg.Error, DatabaseUnavailable):
+            pass
+        finally:
+            if self.conn is not None:
+                self.conn.close()

@@ -1,0 +1,95 @@
+"""Checks between a valid file and a start: do the task modules exist, and does every
+schedule name a registered task?
+
+Finding a module uses the import system's path finders without executing anything, so
+the arbiter can run it. Checking schedule tasks needs the modules imported; `run` does
+that in a short-lived forked child so that task code never enters the arbiter.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+
+from pgfleet.config import Config
+
+
+def locate_module(name: str) -> bool:
+    """Is `name` importable? Walks packages through their search paths, not by import."""
+    parts = name.split(".")
+    if parts[0] in sys.builtin_module_names:
+        return len(parts) == 1
+    path: list[str] | None = list(sys.path)
+    spec = None
+    for index, part in enumerate(parts):
+        spec = importlib.machinery.PathFinder.find_spec(part, path)
+        if spec is None:
+            return False
+        if index < len(parts) - 1:
+            if spec.submodule_search_locations is None:
+                return False
+            path = list(spec.submodule_search_locations)
+    return spec is not None
+
+
+def missing_modules(config: Config) -> list[str]:
+    problems = []
+    for index, module in enumerate(config.tasks):
+        if not locate_module(module):
+            problems.append(f"{config.where('tasks', index)}: no module named {module!r}")
+    for queue_name, queue in config.queues.items():
+        for index, module in enumerate(queue.tasks):
+            if not locate_module(module):
+                problems.append(f"{config.where('queues', queue_name, 'tasks', index)}: "
+                                f"no module named {module!r}")
+    return problems
+
+
+def unregistered_schedule_tasks(config: Config) -> tuple[list[str], list[str]]:
+    """(problems, warnings). Imports the task modules into the calling process."""
+    from pgfleet.tasks import load_registry
+
+    modules = list(dict.fromkeys(
+        [*config.tasks, *(m for q in config.queues.values() for m in q.tasks)]))
+    try:
+        registry = load_registry(modules)
+    except Exception as exc:
+        # A module that fails to import is a runtime fault (its queue backs off), not a
+        # configuration error; the schedule check then cannot be made.
+        return [], [f"could not import the task modules to check schedules: "
+                    f"{type(exc).__name__}: {exc}"]
+    problems = [
+        f"{config.where('schedules', name, 'task')}: task {schedule.task!r} is not registered "
+        f"by the modules in `tasks`"
+        for name, schedule in config.schedules.items()
+        if registry.get(schedule.task) is None
+    ]
+    return problems, []
+
+
+def check_in_child(config: Config) -> tuple[list[str], list[str]]:
+    """Run unregistered_schedule_tasks in a forked child and bring back its findings."""
+    if not config.schedules:
+        return [], []
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_end)
+            problems, warnings = unregistered_schedule_tasks(config)
+            text = "\n".join([*(f"E{p}" for p in problems), *(f"W{w}" for w in warnings)])
+            os.write(write_end, text.encode())
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 65536):
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    lines = b"".join(chunks).decode().splitlines()
+    return [x[1:] for x in lines if x.startswith("E")], [x[1:] for x in lines if x.startswith("W")]

@@ -1,0 +1,405 @@
+"""The arbiter: one thread, no database connection, no task code.
+
+It forks the children the configuration asks for (per queue `processes` workers, one
+maintenance process, one scheduler, one exporter), keeps exactly that set alive, and acts
+on signals. Signal handlers only record the signal; the loop below does the work, so no
+handler ever runs in the middle of a fork or a waitpid.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random
+import select
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import multiprocess
+
+from pgfleet import children, metrics, process
+from pgfleet.children import Slot
+from pgfleet.config import Config, ConfigError, load_config
+from pgfleet.liveness import BeaconBoard
+
+log = logging.getLogger("pgfleet.supervisor")
+
+# Exit codes a worker uses to say why it left (see worker.py).
+EXIT_RECYCLE = 64
+EXIT_TIMEOUT = 65
+EXIT_START_FAILED = 66
+
+BOARD_SLOTS = 4096
+LOOP_TICK = 0.2
+# After this much time beyond the shutdown timeout, the stop turns into SIGKILL.
+STOP_MARGIN = 5.0
+
+SINGLETONS = ("maintenance", "scheduler", "exporter")
+
+
+@dataclass
+class Child:
+    pid: int
+    slot: Slot
+    board_index: int
+    started: float
+    worker_id: str
+    retiring: bool = False
+    killed_for: str | None = None
+
+
+@dataclass
+class QueueHealth:
+    """Start-up failures in a row and when the next start may happen."""
+
+    failures: int = 0
+    not_before: float = 0.0
+    failed: bool = False
+
+
+class Supervisor:
+    def __init__(self, config_path: str | Path, config: Config, dsn: str) -> None:
+        self.config_path = str(config_path)
+        self.config = config
+        self.dsn = dsn
+        self.host = socket.gethostname()
+        self.token = f"{random.getrandbits(32):08x}"
+        self.supervisor_id = f"{self.host}:{os.getpid()}:{self.token}"
+        self.children: dict[int, Child] = {}
+        self.health: dict[str, QueueHealth] = {}
+        self.extra_processes = 0
+        self.signals: list[int] = []
+        self.stopping: str | None = None
+        self.stop_deadline = 0.0
+        self.board = BeaconBoard(BOARD_SLOTS)
+        self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
+        self.rescue_read, self.rescue_write = os.pipe()
+        os.set_blocking(self.rescue_write, False)
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        os.set_blocking(self.wake_write, False)
+
+    # ---- signals ---------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.signals.append(signum)
+
+    def install_signal_handlers(self) -> None:
+        signal.set_wakeup_fd(self.wake_write)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
+                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD):
+            signal.signal(sig, self._on_signal)
+
+    def _handle_signals(self) -> None:
+        while self.signals:
+            sig = self.signals.pop(0)
+            if sig == signal.SIGCHLD:
+                continue
+            name = signal.Signals(sig).name
+            if sig == signal.SIGTERM:
+                self._begin_stop("graceful" if not self.stopping else "kill", name)
+            elif sig in (signal.SIGINT, signal.SIGQUIT):
+                self._begin_stop("quick" if not self.stopping else "kill", name)
+            elif sig == signal.SIGHUP and not self.stopping:
+                self._reload()
+            elif sig == signal.SIGTTIN and not self.stopping:
+                self.extra_processes += 1
+                log.info("TTIN: every queue now runs %+d worker(s) beyond its config",
+                         self.extra_processes)
+            elif sig == signal.SIGTTOU and not self.stopping:
+                lowest = 1 - min(q.processes for q in self.config.queues.values())
+                self.extra_processes = max(lowest, self.extra_processes - 1)
+                log.info("TTOU: every queue now runs %+d worker(s) beyond its config",
+                         self.extra_processes)
+
+    # ---- main loop -------------------------------------------------------------------
+
+    def run(self) -> int:
+        process.set_title(f"pgfleet supervisor -c {self.config_path}")
+        self.install_signal_handlers()
+        log.info("supervisor %s starting: %d queue(s), pid %d", self.supervisor_id,
+                 len(self.config.queues), os.getpid())
+        while True:
+            self._handle_signals()
+            self._reap()
+            if self.stopping:
+                if self._stop_step():
+                    break
+            else:
+                self._check_heartbeats()
+                self._spawn_missing()
+            self._sleep()
+        log.info("supervisor stopped")
+        return 0
+
+    def _sleep(self) -> None:
+        # A signal writes to wake_write (set_wakeup_fd), which ends the wait at once.
+        select.select([self.wake_read], [], [], LOOP_TICK)
+        try:
+            while os.read(self.wake_read, 4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    # ---- desired set -----------------------------------------------------------------
+
+    def desired(self) -> list[Slot]:
+        slots = [Slot("maintenance")]
+        if self.config.schedules:
+            slots.append(Slot("scheduler"))
+        if self.config.metrics.enabled:
+            slots.append(Slot("exporter"))
+        for name, queue in self.config.queues.items():
+            count = max(1, queue.processes + self.extra_processes)
+            slots.extend(Slot("worker", name, i) for i in range(count))
+        return slots
+
+    def _spawn_missing(self) -> None:
+        now = time.monotonic()
+        held = {c.slot for c in self.children.values() if not c.retiring}
+        retiring_kinds = {c.slot.kind for c in self.children.values() if c.retiring}
+        wanted = self.desired()
+        for slot in wanted:
+            if slot in held:
+                continue
+            # A singleton's successor waits for the retiring one (it may hold a port).
+            if slot.kind in SINGLETONS and slot.kind in retiring_kinds:
+                continue
+            health = self.health.setdefault(health_key(slot), QueueHealth())
+            if health.failed or now < health.not_before:
+                continue
+            self._spawn(slot)
+        # TTOU or a smaller reload: retire the workers beyond the wanted set.
+        wanted_set = set(wanted)
+        for child in self.children.values():
+            if not child.retiring and child.slot not in wanted_set:
+                self._retire(child, "no longer configured")
+
+    def _spawn(self, slot: Slot) -> None:
+        board_index = self.free_slots.pop()
+        self.board.reset_unready(board_index)
+        pid = os.fork()
+        if pid == 0:
+            self._become_child(slot, board_index)
+        worker_id = f"{self.host}:{pid}:{self.token}"
+        self.children[pid] = Child(pid, slot, board_index, time.monotonic(), worker_id)
+        log.info("spawned %s pid %d", label(slot), pid)
+
+    def _count(self, queue: str | None) -> int:
+        if queue is None:
+            return 1
+        return max(1, self.config.queues[queue].processes + self.extra_processes) \
+            if queue in self.config.queues else 1
+
+    def _become_child(self, slot: Slot, board_index: int) -> None:
+        os.close(self.wake_read)
+        os.close(self.wake_write)
+        if slot.kind != "maintenance":
+            os.close(self.rescue_read)
+        os.close(self.rescue_write)
+        identity = children.Identity(
+            worker_id=f"{self.host}:{os.getpid()}:{self.token}",
+            supervisor_id=self.supervisor_id, supervisor_pid=os.getppid(),
+            title=describe(slot, self._count(slot.queue)),
+            beacon=self.board.beacon(board_index), rescue_fd=self.rescue_read,
+        )
+        config, dsn = self.config, self.dsn
+        process.run_child(identity.title, lambda: children.run(config, dsn, slot, identity))
+
+    # ---- reaping ---------------------------------------------------------------------
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue  # as PID 1 we also reap orphans that are not ours
+            if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+                # Its live gauges must stop counting; its counters keep their totals.
+                multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+            self.free_slots.append(child.board_index)
+            self._on_exit(child, status)
+
+    def _on_exit(self, child: Child, status: int) -> None:
+        reason, restart_reason = exit_reason(status, child.killed_for)
+        slot = child.slot
+        was_ready = self.board.was_ready(child.board_index)
+        log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
+        if slot.kind == "worker":
+            self._request_rescue(child, reason)
+        if not child.retiring and not self.stopping:
+            self._count_restart(slot, restart_reason, was_ready)
+
+    def _request_rescue(self, child: Child, reason: str) -> None:
+        """Tell the maintenance process to give back what the dead worker held. The
+        write never blocks the arbiter: if the pipe were ever full, the lease expiry
+        rescues the jobs instead."""
+        line = f"{child.worker_id}\tworker died: {reason}\n".encode()
+        try:
+            os.write(self.rescue_write, line)
+        except BlockingIOError:
+            log.warning("rescue pipe full; jobs of %s wait for their lease", child.worker_id)
+
+    def _count_restart(self, slot: Slot, reason: str, was_ready: bool) -> None:
+        health = self.health.setdefault(health_key(slot), QueueHealth())
+        if slot.queue is not None:
+            metrics.worker_restarts.labels(slot.queue, reason).inc()
+        if was_ready:
+            health.failures = 0
+            health.not_before = 0.0
+            return
+        health.failures += 1
+        policy = self.config.supervisor
+        queue = health_key(slot)
+        # Only a queue is given up on; the helpers keep retrying at the capped delay.
+        if health.failures >= policy.max_start_failures and slot.kind == "worker":
+            health.failed = True
+            metrics.queue_failed.labels(queue).set(1)
+            log.error("queue %r failed: its workers died at start-up %d times in a row; "
+                      "not restarting it (the other queues keep running; HUP to retry)",
+                      queue, health.failures)
+            return
+        delay = min(policy.restart_backoff.max,
+                    policy.restart_backoff.initial * 2 ** (health.failures - 1))
+        health.not_before = time.monotonic() + delay
+        log.warning("%s failed at start-up (%d in a row); next start in %.1fs",
+                    label(slot), health.failures, delay)
+
+    # ---- liveness --------------------------------------------------------------------
+
+    def _check_heartbeats(self) -> None:
+        stale_after = self.config.supervisor.stale_after
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.killed_for:
+                continue
+            beat, _ = self.board.read(child.board_index)
+            if now - beat > stale_after:
+                child.killed_for = "heartbeat stale"
+                log.error("%s pid %d has not beaten for %.0fs; killing it",
+                          label(child.slot), child.pid, now - beat)
+                self._kill(child.pid, signal.SIGKILL)
+
+    # ---- reload ----------------------------------------------------------------------
+
+    def _reload(self) -> None:
+        try:
+            fresh = load_config(self.config_path)
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running set: %s",
+                      str(exc).replace("\n", "; "))
+            return
+        except OSError as exc:
+            log.error("reload refused, keeping the running set: %s", exc)
+            return
+        log.info("reloading %s: starting the new set, retiring the old", self.config_path)
+        self.config = fresh
+        for key in self.health:
+            if not key.startswith("@"):
+                metrics.queue_failed.labels(key).set(0)
+        self.health.clear()
+        for child in list(self.children.values()):
+            self._retire(child, "reload")
+
+    def _retire(self, child: Child, why: str) -> None:
+        child.retiring = True
+        log.info("retiring %s pid %d (%s)", label(child.slot), child.pid, why)
+        self._kill(child.pid, signal.SIGTERM)
+
+    # ---- stopping --------------------------------------------------------------------
+
+    def _begin_stop(self, mode: str, signame: str) -> None:
+        self.stopping = mode
+        if mode == "graceful":
+            self.stop_deadline = (time.monotonic() + self.config.supervisor.shutdown_timeout
+                                  + STOP_MARGIN)
+            log.info("%s: stopping gracefully (running jobs get %.0fs)", signame,
+                     self.config.supervisor.shutdown_timeout)
+            self._signal_kind("worker", signal.SIGTERM)
+        elif mode == "quick":
+            self.stop_deadline = time.monotonic() + STOP_MARGIN
+            log.info("%s: quick stop (running jobs are given back)", signame)
+            self._signal_kind("worker", signal.SIGINT)
+        else:
+            log.warning("%s again: killing every child", signame)
+            for pid in list(self.children):
+                self._kill(pid, signal.SIGKILL)
+
+    def _stop_step(self) -> bool:
+        """Workers first; the helpers stop once no worker is left, so the maintenance
+        process can still give back the jobs of a worker killed at the deadline."""
+        if time.monotonic() > self.stop_deadline and self.stopping != "kill":
+            log.warning("children still running at the stop deadline; killing them")
+            self.stopping = "kill"
+            for child in self.children.values():
+                if child.slot.kind == "worker":
+                    child.killed_for = "shutdown deadline"
+                    self._kill(child.pid, signal.SIGKILL)
+            self.stop_deadline = time.monotonic() + STOP_MARGIN
+        if self.stopping == "kill" and time.monotonic() > self.stop_deadline:
+            for pid in list(self.children):
+                self._kill(pid, signal.SIGKILL)
+        if any(c.slot.kind == "worker" for c in self.children.values()):
+            return False
+        for child in self.children.values():
+            if not child.retiring:
+                self._retire(child, "stop")
+        return not self.children
+
+    def _signal_kind(self, kind: str, sig: int) -> None:
+        for child in self.children.values():
+            if child.slot.kind == kind:
+                self._kill(child.pid, sig)
+
+    @staticmethod
+    def _kill(pid: int, sig: int) -> None:
+        try:
+            os.kill(pid, sig)
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+
+
+def health_key(slot: Slot) -> str:
+    """Start failures are counted per queue for workers and per kind for the helpers."""
+    return slot.queue if slot.kind == "worker" and slot.queue is not None else f"@{slot.kind}"
+
+
+def label(slot: Slot) -> str:
+    """A child's name in log lines: `worker emails#2`, `maintenance`."""
+    return f"worker {slot.queue}#{slot.index + 1}" if slot.kind == "worker" else slot.kind
+
+
+def describe(slot: Slot, count: int) -> str:
+    """A child's process title: `pgfleet worker emails 2/4`."""
+    if slot.kind == "worker":
+        return f"pgfleet worker {slot.queue} {slot.index + 1}/{count}"
+    return f"pgfleet {slot.kind}"
+
+
+def exit_reason(status: int, killed_for: str | None) -> tuple[str, str]:
+    """(text for the log and the job's error, reason label for the restart metric)."""
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        if killed_for:
+            return f"{name} ({killed_for})", "stale" if "stale" in killed_for else "killed"
+        return name, "crashed"
+    code = os.WEXITSTATUS(status)
+    if code == 0:
+        return "exit code 0", "exited"
+    if code == EXIT_RECYCLE:
+        return "recycled", "recycled"
+    if code == EXIT_TIMEOUT:
+        return "job timeout", "timeout"
+    if code == EXIT_START_FAILED:
+        return "start-up failed", "start_failed"
+    return f"exit code {code}", "crashed"
