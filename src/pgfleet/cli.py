@@ -407,3 +407,15 @@ def fresh_metrics_dir() -> str:
         path = tempfile.mkdtemp(prefix="pgfleet-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     return path
+
+
+def _register_commands() -> None:
+    """Commands that live in their own modules, beside what they show."""
+    from pgfleet.cron_commands import cron
+    from pgfleet.status import status
+
+    cli.add_command(status)
+    cli.add_command(cron)
+
+
+_register_commands()

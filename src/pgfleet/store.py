@@ -266,3 +266,48 @@ def processes(conn: Conn) -> list[dict[str, Any]]:
     cur = conn.execute(q("processes"))
     names = [c.name for c in cur.description or ()]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def db_now(conn: Conn) -> datetime:
+    row = conn.execute(q("db_now")).fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now
+
+
+def schedule_last_runs(conn: Conn, names: Sequence[str]) -> dict[str, datetime | None]:
+    """The latest recorded fire time per schedule, None for one that never fired."""
+    rows = conn.execute(q("schedule_last_runs"), {"names": list(names)}).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def insert_schedule_run(conn: Conn, *, schedule: str, fire_time: datetime) -> bool:
+    """Claim one fire time; False if any scheduler (on any host) already recorded it."""
+    cur = conn.execute(q("schedule_run_insert"), {"schedule": schedule, "fire_time": fire_time})
+    return cur.fetchone() is not None
+
+
+def enqueue_schedule_run(
+    conn: Conn, *, schedule: str, fire_time: datetime, task: str, args_json: str,
+    queue: str, priority: int, max_attempts: int,
+) -> int:
+    """Enqueue the job of a fire time claimed in this transaction; returns its id."""
+    row = conn.execute(
+        q("schedule_run_enqueue"),
+        {"schedule": schedule, "fire_time": fire_time, "task": task, "args": args_json,
+         "queue": queue, "priority": priority, "max_attempts": max_attempts},
+    ).fetchone()
+    assert row is not None, "the schedule run row vanished inside its own transaction"
+    return int(row[0])
+
+
+@dataclass(frozen=True)
+class ScheduleLastRun:
+    fire_time: datetime | None
+    job_id: int | None
+    state: str | None
+
+
+def schedule_last_run_jobs(conn: Conn, names: Sequence[str]) -> dict[str, ScheduleLastRun]:
+    rows = conn.execute(q("schedule_last_run_jobs"), {"names": list(names)}).fetchall()
+    return {row[0]: ScheduleLastRun(row[1], row[2], row[3]) for row in rows}

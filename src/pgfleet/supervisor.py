@@ -111,7 +111,8 @@ class Supervisor:
                 log.info("TTIN: every queue now runs %+d worker(s) beyond its config",
                          self.extra_processes)
             elif sig == signal.SIGTTOU and not self.stopping:
-                lowest = 1 - min(q.processes for q in self.config.queues.values())
+                # Down to one worker per queue; a queue already at one stays there.
+                lowest = 1 - max(q.processes for q in self.config.queues.values())
                 self.extra_processes = max(lowest, self.extra_processes - 1)
                 log.info("TTOU: every queue now runs %+d worker(s) beyond its config",
                          self.extra_processes)

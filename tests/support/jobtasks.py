@@ -99,3 +99,13 @@ def stubborn(seconds: float = 30.0) -> None:
         except BaseException:
             continue
     audit("finished")
+
+
+@pgfleet.task(name="spin")
+def spin(seconds: float = 30.0) -> None:
+    """Busy Python code: the timeout interrupt lands between bytecodes."""
+    audit("started")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    audit("finished")

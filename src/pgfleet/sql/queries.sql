@@ -221,3 +221,42 @@ SELECT queue, count(*) FROM pgfleet.jobs
 SELECT id, host, pid, kind, queue, supervisor,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
   FROM pgfleet.processes ORDER BY host, kind, queue NULLS FIRST, pid
+
+-- name: db_now
+-- The scheduler's only clock: every host agrees on the server's time.
+SELECT now()
+
+-- name: schedule_last_runs
+-- The latest recorded fire time of each named schedule (NULL if it never fired), one
+-- index probe per schedule on schedule_runs_latest_idx.
+SELECT s.name, r.fire_time
+  FROM unnest(%(names)s::text[]) AS s(name)
+  LEFT JOIN LATERAL (
+        SELECT fire_time FROM pgfleet.schedule_runs
+         WHERE schedule = s.name ORDER BY fire_time DESC LIMIT 1) r ON true
+
+-- name: schedule_run_insert
+-- The cross-host arbiter: the second insert of a (schedule, fire time) returns no row,
+-- after waiting for the first one's transaction if that is still open.
+INSERT INTO pgfleet.schedule_runs (schedule, fire_time) VALUES (%(schedule)s, %(fire_time)s)
+ON CONFLICT (schedule, fire_time) DO NOTHING
+RETURNING fire_time
+
+-- name: schedule_run_enqueue
+-- Runs in the transaction of schedule_run_insert: the job and its run record commit
+-- together or not at all. run_at NULL means now(), so a late catch-up runs at once.
+UPDATE pgfleet.schedule_runs
+   SET job_id = pgfleet.enqueue(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, NULL,
+                                %(max_attempts)s, NULL)
+ WHERE schedule = %(schedule)s AND fire_time = %(fire_time)s
+RETURNING job_id
+
+-- name: schedule_last_run_jobs
+-- `pgfleet cron list`: each schedule's latest run and the state of its job (NULL once the
+-- job was pruned).
+SELECT s.name, r.fire_time, r.job_id, j.state::text
+  FROM unnest(%(names)s::text[]) AS s(name)
+  LEFT JOIN LATERAL (
+        SELECT fire_time, job_id FROM pgfleet.schedule_runs
+         WHERE schedule = s.name ORDER BY fire_time DESC LIMIT 1) r ON true
+  LEFT JOIN pgfleet.jobs j ON j.id = r.job_id

@@ -1,0 +1,280 @@
+"""The exporter process: /metrics for the whole host, /livez and /readyz.
+
+In a supervised run every process writes its metric values to files in
+PROMETHEUS_MULTIPROC_DIR; this process merges them on each scrape. It is a child of the
+supervisor like any other: it beats its beacon and exits when the supervisor goes away.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from pgfleet import __version__, metrics, migrations
+from pgfleet.config import Config, _parse_listen
+from pgfleet.db import scrub
+from pgfleet.liveness import Beacon
+
+log = logging.getLogger("pgfleet.exporter")
+
+BEAT_EVERY = 0.2
+# A client that stops sending or reading holds a handler thread at most this long.
+SOCKET_TIMEOUT = 10.0
+# Handler threads at once; further connections wait in the listen backlog.
+MAX_HANDLERS = 32
+READY_CACHE_SECONDS = 1.0
+READY_CONNECT_TIMEOUT = 2  # libpq rounds anything lower up to 2 seconds
+
+
+class ScrapeError(Exception):
+    """The multiprocess files could not be merged; the message names the bad files."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], exporter: Exporter, ipv6: bool) -> None:
+        self.address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
+        self.exporter = exporter
+        self.slots = threading.BoundedSemaphore(MAX_HANDLERS)
+        self.closing = False
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind does a reverse DNS lookup of the address: skip it, a
+        # slow resolver must not delay start-up.
+        self.socket.bind(self.server_address)
+        self.server_address = self.socket.getsockname()[:2]
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        while not self.slots.acquire(timeout=0.5):
+            if self.closing:
+                self.shutdown_request(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hanging up or timing out are routine; do not print a traceback each time.
+        log.debug("connection from %s failed", client_address, exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    timeout = SOCKET_TIMEOUT
+    protocol_version = "HTTP/1.0"
+
+    def version_string(self) -> str:
+        return f"pgfleet/{__version__}"
+
+    def do_GET(self) -> None:
+        self._answer(head=False)
+
+    def do_HEAD(self) -> None:
+        self._answer(head=True)
+
+    def _answer(self, *, head: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        exporter = self.server.exporter
+        content_type = "text/plain; charset=utf-8"
+        try:
+            if path == "/metrics":
+                try:
+                    status, body = 200, exporter.scrape()
+                    content_type = CONTENT_TYPE_LATEST
+                except ScrapeError as exc:
+                    status, body = 500, f"{exc}\n".encode()
+            elif path == "/livez":
+                alive = exporter.supervisor_alive()
+                status = 200 if alive else 503
+                body = b"ok\n" if alive else b"supervisor is gone\n"
+            elif path == "/readyz":
+                ready, reason = exporter.readiness()
+                status, body = (200 if ready else 503), f"{reason}\n".encode()
+            else:
+                status, body = 404, b"not found: try /metrics, /livez or /readyz\n"
+        except Exception:
+            log.exception("%s failed", path)
+            status, body = 500, b"internal error\n"
+        gzipped = status == 200 and "gzip" in self.headers.get("Accept-Encoding", "")
+        if gzipped:
+            body = gzip.compress(body, compresslevel=1)
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if gzipped:
+            self.send_header("Content-Encoding", "gzip")
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # One line per scrape would drown the supervisor's log.
+        pass
+
+
+class Exporter:
+    def __init__(self, config: Config, dsn: str, beacon: Beacon | None = None,
+                 supervisor_pid: int | None = None) -> None:
+        self.config = config
+        self.dsn = dsn
+        self.beacon = beacon
+        self.supervisor_pid = supervisor_pid
+        self.stopping = False
+        self.parent = os.getppid()
+        self.multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+        self._ready_lock = threading.Lock()
+        self._ready_at = -READY_CACHE_SECONDS
+        self._ready: tuple[bool, str] = (False, "not checked yet")
+        self._reported: set[tuple[str, int]] = set()
+
+    # ---- the process ---------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        listen = self.config.metrics.listen
+        host, port = _parse_listen(listen)
+        try:
+            server = _Server((host, port), self, ipv6=":" in host)
+        except OSError as exc:
+            log.error("exporter cannot listen on %s: %s", listen, exc.strerror or exc)
+            return 1
+        metrics.supervisor_up.set(1)
+        metrics.build_info.labels(__version__).set(1)
+        bound_host, bound_port = str(server.server_address[0]), server.server_address[1]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        log.info("exporter listening on http://%s:%s (/metrics, /livez, /readyz)",
+                 shown, bound_port)
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.25},
+            name="exporter-http", daemon=True,
+        )
+        thread.start()
+        try:
+            while not self.stopping:
+                if self.beacon is not None:
+                    self.beacon.beat(0)
+                if os.getppid() != self.parent:
+                    log.info("exporter: the supervisor is gone; stopping")
+                    break
+                time.sleep(BEAT_EVERY)
+        finally:
+            server.closing = True
+            server.shutdown()
+            server.server_close()
+        return 0
+
+    def _stop(self, *_: object) -> None:
+        self.stopping = True
+
+    # ---- endpoints -----------------------------------------------------------------
+
+    def scrape(self) -> bytes:
+        if self.multiproc_dir is None:
+            return bytes(generate_latest(REGISTRY))
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=self.multiproc_dir)  # type: ignore[no-untyped-call]
+        try:
+            return bytes(generate_latest(registry))
+        except Exception:
+            bad = self._corrupt_files()
+            if not bad:
+                # A process creating its file at this very moment can show it empty for
+                # an instant; a second read sees it whole.
+                try:
+                    return bytes(generate_latest(registry))
+                except Exception:
+                    bad = self._corrupt_files()
+            self._report(bad)
+            names = ", ".join(str(p) for p in bad) or "(none found on re-reading)"
+            # Half a scrape would look like counters resetting; a failed one is a gap.
+            raise ScrapeError(f"cannot read metric files in {self.multiproc_dir}: {names}"
+                              ) from None
+
+    def _corrupt_files(self) -> list[Path]:
+        assert self.multiproc_dir is not None
+        bad = []
+        for path in sorted(Path(self.multiproc_dir).glob("*.db")):
+            try:
+                MultiProcessCollector.merge([str(path)])  # type: ignore[no-untyped-call]
+            except FileNotFoundError:
+                continue
+            except Exception:
+                bad.append(path)
+        return bad
+
+    def _report(self, bad: list[Path]) -> None:
+        """One log line per bad file (and size), not one per scrape."""
+        for path in bad:
+            try:
+                key = (str(path), path.stat().st_size)
+            except OSError:
+                continue
+            if key not in self._reported:
+                self._reported.add(key)
+                log.error("metrics file %s is corrupt (%d bytes); /metrics answers 500 "
+                          "until it is removed", path, key[1])
+        if not bad:
+            log.error("merging metric files in %s failed", self.multiproc_dir)
+
+    def supervisor_alive(self) -> bool:
+        if self.supervisor_pid is None:
+            return True
+        try:
+            os.kill(self.supervisor_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, reason); one database check per second however many probes arrive."""
+        with self._ready_lock:
+            now = time.monotonic()
+            if now - self._ready_at >= READY_CACHE_SECONDS:
+                self._ready = self._check_database()
+                self._ready_at = time.monotonic()
+            return self._ready
+
+    def _check_database(self) -> tuple[bool, str]:
+        latest = migrations.latest_version()
+        try:
+            with psycopg.connect(self.dsn, autocommit=True,
+                                 connect_timeout=READY_CONNECT_TIMEOUT) as conn:
+                conn.execute("SET statement_timeout = '2s'")
+                version = migrations.current_version(conn)
+        except psycopg.Error as exc:
+            text = str(exc).strip()
+            first = text.splitlines()[0] if text else type(exc).__name__
+            return False, f"database unavailable: {scrub(first, self.dsn)}"
+        if version == 0:
+            return False, "the pgfleet schema is not installed: run `pgfleet migrate`"
+        if version < latest:
+            return False, f"schema version {version}, expected {latest}: run `pgfleet migrate`"
+        if version > latest:
+            return False, f"schema version {version} is newer than this pgfleet ({latest})"
+        return True, f"ok (schema version {version})"

@@ -1,0 +1,306 @@
+"""The scheduler process: cron entries of the config become jobs, once per fire time in total.
+
+Every supervisor runs one scheduler and there is no leader. A fire is one transaction:
+insert (schedule, fire time) into pgfleet.schedule_runs with ON CONFLICT DO NOTHING, and
+only if that inserted a row, enqueue the job and record its id. The primary key is the
+arbiter between hosts; the shared transaction means a crash between the writes leaves
+neither, so the fire time is still open for the next pass of any scheduler.
+
+"Now" is always the database's now(); between passes the local wait uses time.monotonic().
+
+Which fire times run. A scheduler that has been watching a schedule continuously (its
+previous successful pass is at most CONTINUITY seconds old) fires every fire time that
+fell due since that pass, even if the loop was late, so a busy host leaves no gap. A
+scheduler that looks for the first time, or after an outage longer than CONTINUITY,
+applies the catch-up rule: of the fire times due since the last recorded run (or, for a
+schedule that never ran, since now - max_delay) only the LATEST runs, once, and only if
+it is at most max_delay old; older misses are skipped with one log line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from pgfleet import metrics, store
+from pgfleet.config import Config, Schedule
+from pgfleet.cron import fire_times_after, previous_fire_time
+from pgfleet.db import connect, scrub
+from pgfleet.errors import DatabaseUnavailable
+from pgfleet.liveness import Beacon
+
+log = logging.getLogger("pgfleet.scheduler")
+
+DEFAULT_MAX_ATTEMPTS = 20
+# The supervisor counts a child stale without a beat; waits are cut to this length.
+BEAT_EVERY = 0.5
+# Passes happen at every fire time and at least this often (metrics, other hosts' runs).
+REFRESH = 5.0
+# A gap between two successful passes longer than this is downtime, not a slow loop.
+CONTINUITY = 3 * REFRESH
+# Counting the misses skipped by a catch-up stops here, so a long outage of an
+# every-second schedule costs a bounded amount of cron arithmetic.
+MISS_COUNT_CAP = 1000
+_BATCH = 16
+
+FireHook = Callable[[str, datetime], None]
+
+
+@dataclass(frozen=True)
+class Fired:
+    """A fire time this scheduler turned into a job."""
+
+    schedule: str
+    fire_time: datetime
+    job_id: int
+
+
+class Scheduler:
+    def __init__(self, config: Config, dsn: str, beacon: Beacon | None = None, *,
+                 fire_hook: FireHook | None = None) -> None:
+        self.config = config
+        self.dsn = dsn
+        self.beacon = beacon
+        # Called inside each fire transaction between its two writes; tests make it raise
+        # to show that a crash there leaves nothing behind.
+        self.fire_hook = fire_hook
+        self.schedules: dict[str, Schedule] = {
+            name: s for name, s in config.schedules.items() if s.enabled
+        }
+        self.conn: psycopg.Connection[Any] | None = None
+        self.stopping = threading.Event()
+        self.parent = os.getppid()
+        # Database time of this scheduler's last successful pass over each schedule.
+        self.seen: dict[str, datetime] = {}
+        self.next_fire: dict[str, datetime] = {}
+        # The last error logged per schedule, so a fire that keeps failing logs once.
+        self.reported: dict[str, str] = {}
+
+    # ------------------------------------------------------------------------ the loop
+
+    def request_stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> int:
+        """Fire schedules until SIGTERM/SIGINT or the parent dies; returns the exit code."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        log.info("scheduler started with %d enabled schedule(s)", len(self.schedules))
+        failures = 0
+        anchor: tuple[datetime, float] | None = None  # (database now, monotonic) of a pass
+        last_pass = float("-inf")
+        while not self._should_stop():
+            self._beat()
+            if not self.schedules:
+                self.stopping.wait(BEAT_EVERY)
+                continue
+            wait = self._time_to_next_pass(anchor, last_pass)
+            if wait > 0:
+                self.stopping.wait(min(wait, BEAT_EVERY))
+                continue
+            try:
+                anchor = self._pass()
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                failures += 1
+                self._drop_connection()
+                delay = min(0.2 * 2 ** min(failures, 6), 10.0) * random.uniform(0.5, 1.0)
+                text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                log.warning("scheduler pass failed (retrying in %.1fs): %s", delay,
+                            scrub(text, self.dsn))
+                self._sleep(delay)
+                continue
+            if failures:
+                log.info("scheduler reconnected to the database")
+            failures = 0
+            last_pass = time.monotonic()
+        self._drop_connection()
+        return 0
+
+    def _on_signal(self, *_: object) -> None:
+        self.stopping.set()
+
+    def _should_stop(self) -> bool:
+        return self.stopping.is_set() or os.getppid() != self.parent
+
+    def _beat(self) -> None:
+        if self.beacon is not None:
+            self.beacon.beat(0)
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait, beating at least every BEAT_EVERY seconds, until stopped."""
+        deadline = time.monotonic() + seconds
+        while not self._should_stop():
+            self._beat()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.stopping.wait(min(left, BEAT_EVERY))
+
+    def _time_to_next_pass(self, anchor: tuple[datetime, float] | None,
+                           last_pass: float) -> float:
+        """Seconds until the earliest fire time by database time, or the next refresh."""
+        if anchor is None:
+            return 0.0
+        refresh = last_pass + REFRESH - time.monotonic()
+        if not self.next_fire:
+            return refresh
+        db_now, at = anchor
+        estimated_now = db_now + timedelta(seconds=time.monotonic() - at)
+        until_fire = (min(self.next_fire.values()) - estimated_now).total_seconds()
+        return min(refresh, until_fire)
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self.conn is None or self.conn.closed:
+            self.conn = connect(self.dsn, autocommit=True)
+        return self.conn
+
+    def _drop_connection(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.close()
+        self.conn = None
+
+    def _pass(self) -> tuple[datetime, float]:
+        conn = self._connection()
+        now = store.db_now(conn)
+        read_at = time.monotonic()
+        self._fire_due(conn, now)
+        return now, read_at
+
+    # -------------------------------------------------------------------- one pass
+
+    def tick(self, at: datetime | None = None) -> list[Fired]:
+        """One pass over every enabled schedule; returns the fires this call made.
+
+        `at` replaces the database's now() for choosing fire times; only tests of calendar
+        edges (a daylight-saving day) pass it, since the server clock cannot be moved."""
+        conn = self._connection()
+        return self._fire_due(conn, store.db_now(conn) if at is None else at)
+
+    def _fire_due(self, conn: psycopg.Connection[Any], now: datetime) -> list[Fired]:
+        fired: list[Fired] = []
+        last_runs = store.schedule_last_runs(conn, list(self.schedules))
+        for name, schedule in self.schedules.items():
+            last = last_runs.get(name)
+            try:
+                made = self._fire_schedule(conn, name, schedule, now, last)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                raise
+            except psycopg.Error as exc:
+                # A refused job (a trigger of the user's, say) must not stop other schedules;
+                # the fire time stays open and is retried next pass.
+                self._report(name, f"{type(exc).__name__}: {str(exc).strip()}")
+                continue
+            fired.extend(made)
+            self.seen[name] = now
+            self.reported.pop(name, None)
+            for f in made:
+                last = f.fire_time if last is None else max(last, f.fire_time)
+            self._publish(name, schedule, now, last)
+        return fired
+
+    def _fire_schedule(self, conn: psycopg.Connection[Any], name: str, schedule: Schedule,
+                       now: datetime, last: datetime | None) -> list[Fired]:
+        max_delay = timedelta(seconds=schedule.max_delay)
+        seen = self.seen.get(name)
+        if seen is not None and timedelta(0) <= now - seen <= timedelta(seconds=CONTINUITY):
+            due = self._between(schedule, seen, now)
+            late = [t for t in due if now - t > max_delay]
+            if late:
+                log.warning("schedule %s: skipped %d fire time(s) later than max_delay "
+                            "(%gs), the last at %s", name, len(late), schedule.max_delay,
+                            late[-1].isoformat())
+            made = [self.fire(conn, name, schedule, t) for t in due if now - t <= max_delay]
+            return [f for f in made if f is not None]
+        return self._catch_up(conn, name, schedule, now, last, max_delay)
+
+    def _catch_up(self, conn: psycopg.Connection[Any], name: str, schedule: Schedule,
+                  now: datetime, last: datetime | None, max_delay: timedelta) -> list[Fired]:
+        latest = previous_fire_time(schedule.cron, schedule.timezone, now)
+        since = last if last is not None else now - max_delay
+        if latest is None or latest <= since:
+            return []
+        older = self._count_between(schedule, since, latest)
+        if now - latest > max_delay:
+            log.warning("schedule %s: skipped %s missed fire time(s), the last at %s, older "
+                        "than max_delay (%gs)", name, _count_text(older + 1),
+                        latest.isoformat(), schedule.max_delay)
+            return []
+        if older:
+            log.warning("schedule %s: skipped %s missed fire time(s) since %s; running only "
+                        "the latest, %s", name, _count_text(older), since.isoformat(),
+                        latest.isoformat())
+        made = self.fire(conn, name, schedule, latest)
+        return [made] if made is not None else []
+
+    def _between(self, schedule: Schedule, after: datetime, until: datetime) -> list[datetime]:
+        """Fire times in (after, until]; callers keep the window short."""
+        found: list[datetime] = []
+        cursor = after
+        while True:
+            batch = fire_times_after(schedule.cron, schedule.timezone, cursor, _BATCH)
+            found.extend(t for t in batch if t <= until)
+            if len(batch) < _BATCH or batch[-1] > until:
+                return found
+            cursor = batch[-1]
+
+    def _count_between(self, schedule: Schedule, after: datetime, before: datetime) -> int:
+        """How many fire times lie strictly between; at most MISS_COUNT_CAP."""
+        times = fire_times_after(schedule.cron, schedule.timezone, after, MISS_COUNT_CAP + 1)
+        return min(sum(1 for t in times if t < before), MISS_COUNT_CAP)
+
+    def fire(self, conn: psycopg.Connection[Any], name: str, schedule: Schedule,
+             fire_time: datetime) -> Fired | None:
+        """Turn one fire time into one job, unless any scheduler already did; idempotent."""
+        with conn.transaction():
+            if not store.insert_schedule_run(conn, schedule=name, fire_time=fire_time):
+                return None
+            if self.fire_hook is not None:
+                self.fire_hook(name, fire_time)
+            job_id = store.enqueue_schedule_run(
+                conn, schedule=name, fire_time=fire_time, task=schedule.task,
+                args_json=json.dumps(schedule.args), queue=schedule.queue,
+                priority=schedule.priority, max_attempts=self._max_attempts(schedule),
+            )
+        metrics.schedule_runs.labels(name).inc()
+        metrics.schedule_last_run.labels(name).set(fire_time.timestamp())
+        log.info("schedule %s fired for %s: job %d", name, fire_time.isoformat(), job_id)
+        return Fired(name, fire_time, job_id)
+
+    def _max_attempts(self, schedule: Schedule) -> int:
+        queue = self.config.queues.get(schedule.queue)
+        return queue.max_attempts if queue is not None else DEFAULT_MAX_ATTEMPTS
+
+    def _publish(self, name: str, schedule: Schedule, now: datetime,
+                 last: datetime | None) -> None:
+        if last is not None:
+            metrics.schedule_last_run.labels(name).set(last.timestamp())
+        upcoming = fire_times_after(schedule.cron, schedule.timezone, now, 1)
+        if upcoming:
+            self.next_fire[name] = upcoming[0]
+            metrics.schedule_next_run.labels(name).set(upcoming[0].timestamp())
+        else:
+            self.next_fire.pop(name, None)
+
+    def _report(self, name: str, error: str) -> None:
+        if self.reported.get(name) != error:
+            self.reported[name] = error
+            log.error("schedule %s: could not enqueue its job (will retry): %s", name,
+                      scrub(error, self.dsn))
+
+
+def _count_text(count: int) -> str:
+    return f"{count}+" if count >= MISS_COUNT_CAP else str(count)

@@ -1,0 +1,165 @@
+"""`pgfleet status`: queues and the processes of every host, read from the database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import psycopg
+
+from pgfleet import migrations, store
+from pgfleet.errors import PgfleetError
+
+QUEUE_COLUMNS = (
+    ("QUEUE", "queue"), ("WAITING", "waiting"), ("SCHEDULED", "scheduled"),
+    ("RUNNING", "running"), ("DEAD", "dead"), ("OLDEST WAITING", "oldest_waiting_age"),
+    ("DONE/1MIN", "finished_last_minute"), ("PAUSED", "paused"),
+)
+
+
+def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Queues (counts, oldest due job, finished in the last minute, paused) and hosts
+    (each supervisor with its children and their heartbeat ages), as plain data."""
+    if migrations.current_version(conn) == 0:
+        raise PgfleetError("the pgfleet schema is not installed: run `pgfleet migrate`")
+    # One transaction: now() is the same instant for every query below.
+    with conn.transaction():
+        counts = store.queue_counts(conn)
+        oldest = store.oldest_waiting(conn)
+        finished = store.finished_last_minute(conn)
+        paused = store.paused_queues(conn)
+        processes = store.processes(conn)
+    names = ({c[0] for c in counts} | set(oldest) | set(finished) | paused
+             | {p["queue"] for p in processes if p["queue"]})
+    by_key = {(queue, state): n for queue, state, n in counts}
+    queues = [
+        {
+            "queue": name,
+            "waiting": by_key.get((name, "queued"), 0),
+            "scheduled": by_key.get((name, "scheduled"), 0),
+            "running": by_key.get((name, "running"), 0),
+            "dead": by_key.get((name, "dead"), 0),
+            "oldest_waiting_age": oldest.get(name),
+            "finished_last_minute": finished.get(name, 0),
+            "paused": name in paused,
+        }
+        for name in sorted(names)
+    ]
+    return {"queues": queues, "hosts": _hosts(processes)}
+
+
+def _hosts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def entry(row: dict[str, Any]) -> dict[str, Any]:
+        return {"id": row["id"], "kind": row["kind"], "queue": row["queue"], "pid": row["pid"],
+                "heartbeat_age": row["heartbeat_age"]}
+
+    hosts: dict[str, dict[str, Any]] = {}
+    supervisors: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        host = hosts.setdefault(row["host"], {"host": row["host"], "supervisors": [],
+                                              "unattached": []})
+        if row["kind"] == "supervisor":
+            sup = {**entry(row), "children": []}
+            supervisors[row["id"]] = sup
+            host["supervisors"].append(sup)
+    for row in rows:
+        if row["kind"] == "supervisor":
+            continue
+        owner = supervisors.get(row["supervisor"] or "")
+        if owner is not None:
+            owner["children"].append(entry(row))
+        else:
+            # Its supervisor's row is gone (pruned, or a `pgfleet worker` run by hand).
+            hosts[row["host"]]["unattached"].append(entry(row))
+    return [hosts[name] for name in sorted(hosts)]
+
+
+def age(seconds: float | None) -> str:
+    """A short human duration: 850ms, 12.3s, 4m05s, 2h10m, 3d04h."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{max(seconds, 0) * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def render(data: dict[str, Any]) -> str:
+    """The status as aligned text tables, for people."""
+    lines: list[str] = []
+    if data["queues"]:
+        cells = [[title for title, _ in QUEUE_COLUMNS]]
+        for q in data["queues"]:
+            cells.append([
+                q["queue"], str(q["waiting"]), str(q["scheduled"]), str(q["running"]),
+                str(q["dead"]), age(q["oldest_waiting_age"]), str(q["finished_last_minute"]),
+                "yes" if q["paused"] else "no",
+            ])
+        widths = [max(len(row[i]) for row in cells) for i in range(len(QUEUE_COLUMNS))]
+        for row in cells:
+            # Queue name left-aligned, numbers right-aligned, PAUSED left-aligned.
+            parts = [row[0].ljust(widths[0])]
+            parts += [cell.rjust(width) for cell, width in zip(row[1:-1], widths[1:-1],
+                                                               strict=True)]
+            parts.append(row[-1])
+            lines.append("  ".join(parts).rstrip())
+    else:
+        lines.append("no queues have jobs or workers")
+    lines.append("")
+    if not data["hosts"]:
+        lines.append("no pgfleet processes are registered")
+    rows: list[tuple[str, dict[str, Any] | None]] = []
+    for host in data["hosts"]:
+        rows.append((f"HOST {host['host']}", None))
+        for sup in host["supervisors"]:
+            rows.append(("  ", sup))
+            rows += [("    ", child) for child in sup["children"]]
+        if host["unattached"]:
+            rows.append(("  (no supervisor registered)", None))
+            rows += [("    ", p) for p in host["unattached"]]
+    lines += _process_lines(rows)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _process_lines(rows: list[tuple[str, dict[str, Any] | None]]) -> list[str]:
+    """Process rows aligned across every host; rows without a process are headings."""
+    cells = [
+        (indent + p["kind"], p["queue"] or "", f"pid {p['pid']}",
+         f"heartbeat {age(p['heartbeat_age'])} ago", p["id"])
+        for indent, p in rows if p is not None
+    ]
+    if not cells:
+        return [heading for heading, _ in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(4)]
+    out = []
+    it = iter(cells)
+    for heading, p in rows:
+        if p is None:
+            out.append(heading)
+            continue
+        c = next(it)
+        out.append(f"{c[0].ljust(widths[0])}  {c[1].ljust(widths[1])}  "
+                   f"{c[2].rjust(widths[2])}  {c[3].ljust(widths[3])}  {c[4]}".rstrip())
+    return out
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def status(as_json: bool) -> None:
+    """Queues (waiting, scheduled, running, dead, oldest wait) and every host's processes."""
+    # Imported here: pgfleet.cli registers this command, so it imports this module first.
+    from pgfleet.cli import database, emit, friendly
+
+    @friendly
+    def show() -> None:
+        with database() as conn:
+            data = gather(conn)
+        emit(data, as_json, lambda: click.echo(render(data), nl=False))
+
+    show()

@@ -1,0 +1,214 @@
+"""`pgfleet run` as a real process, real signals, real PostgreSQL (issue 3, FAULTS A)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import pgfleet
+from tests.support.fleet import Fleet, alive, config_text, settle
+from tests.support.workers import scalar, states, wait_for
+
+
+def job(dsn: str, job_id: int) -> dict[str, Any]:
+    with psycopg.connect(dsn) as conn:
+        cur = conn.execute("SELECT state::text, attempt, last_error, errors FROM pgfleet.jobs"
+                           " WHERE id = %s", (job_id,))
+        row = cur.fetchone()
+        assert row is not None
+        return dict(zip(("state", "attempt", "last_error", "errors"), row, strict=True))
+
+
+def started(dsn: str, job_id: int) -> int:
+    return int(scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s AND event = 'started'",
+                      (job_id,)))
+
+
+def test_sigkill_of_a_worker_mid_job(dsn: str, fleet: Callable[..., Fleet]) -> None:
+    f = fleet({"default": {"processes": 1}})
+    [old] = f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 1.5})
+    wait_for(lambda: started(dsn, job_id) == 1)
+    Path(f"/proc/{old}").exists()
+    import os
+
+    os.kill(old, signal.SIGKILL)
+    [new] = f.wait_workers(1)
+    assert new != old
+    wait_for(lambda: job(dsn, job_id)["state"] == "succeeded")
+    record = job(dsn, job_id)
+    assert record["attempt"] == 2
+    assert record["errors"][0]["error"] == "worker died: SIGKILL"
+    assert "exited: SIGKILL" in f.log()
+
+
+def test_sigkill_of_the_supervisor(dsn: str, fleet: Callable[..., Fleet]) -> None:
+    f = fleet({"default": {"processes": 2, "threads": 2}})
+    f.wait_workers(2)
+    ids = pgfleet.enqueue_many(dsn, [{"task": "sleep", "args": {"seconds": 1.0}}] * 8)
+    wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE event = 'started'") >= 2)
+    kids = list(f.children())
+    f.signal(signal.SIGKILL)
+    f.wait(10)
+    # PR_SET_PDEATHSIG and the getppid() check: every child goes quickly.
+    wait_for(lambda: not any(alive(pid) for pid in kids), timeout=5)
+    second = fleet({"default": {"processes": 2, "threads": 2}}, name="second")
+    second.wait_workers(2)
+    wait_for(lambda: states(dsn) == {"succeeded": 8}, timeout=60)
+    finished = psycopg.connect(dsn).execute(
+        "SELECT job_id FROM audit WHERE event = 'finished'").fetchall()
+    assert {r[0] for r in finished} == set(ids)
+
+
+def test_sigterm_lets_a_short_job_finish(dsn: str, fleet: Callable[..., Fleet]) -> None:
+    f = fleet({"default": {"processes": 1}})
+    f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 1.0})
+    wait_for(lambda: started(dsn, job_id) == 1)
+    f.signal(signal.SIGTERM)
+    assert f.wait(30) == 0
+    assert job(dsn, job_id)["state"] == "succeeded"
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs WHERE state = 'running'") == 0
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.processes") == 0
+
+
+def test_sigterm_gives_back_a_job_longer_than_the_shutdown_timeout(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    f = fleet({"default": {"processes": 1}}, supervisor={"shutdown_timeout": "1s"})
+    f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 60})
+    wait_for(lambda: started(dsn, job_id) == 1)
+    f.signal(signal.SIGTERM)
+    assert f.wait(30) == 0
+    record = job(dsn, job_id)
+    assert record["state"] == "queued" and record["attempt"] == 0
+    assert "gave back 1 unfinished job" in f.log()
+
+
+def test_a_segfaulting_job_ends_dead_while_others_flow(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    f = fleet({"default": {"processes": 1, "threads": 2}})
+    f.wait_workers(1)
+    bad = pgfleet.enqueue(dsn, "crash", max_attempts=3)
+    good = pgfleet.enqueue_many(dsn, [{"task": "noop"}] * 50)
+    wait_for(lambda: job(dsn, bad)["state"] == "dead", timeout=60)
+    wait_for(lambda: states(dsn).get("succeeded") == 50, timeout=60)
+    record = job(dsn, bad)
+    assert record["attempt"] == 3
+    assert record["last_error"] == "worker died: SIGSEGV"
+    assert started(dsn, bad) == 3
+    assert len(good) == 50
+    assert f.log().count("exited: SIGSEGV") == 3
+
+
+def test_a_job_past_its_timeout_is_killed_and_recorded(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    f = fleet({"default": {"processes": 1, "timeout": "1s", "kill_grace": "1s"}})
+    [old] = f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 60}, max_attempts=1)
+    wait_for(lambda: job(dsn, job_id)["state"] == "dead", timeout=30)
+    record = job(dsn, job_id)
+    assert record["last_error"].startswith("timed out after")
+    assert "worker process was replaced" in record["last_error"]
+    [new] = f.wait_workers(1)
+    assert new != old
+    assert "exited: job timeout" in f.log()
+
+
+def test_an_interruptible_job_past_its_timeout_fails_without_a_restart(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    f = fleet({"default": {"processes": 1, "timeout": "1s", "kill_grace": "5s"}})
+    [old] = f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "spin", {"seconds": 30}, max_attempts=1)
+    wait_for(lambda: job(dsn, job_id)["state"] == "dead", timeout=30)
+    assert job(dsn, job_id)["last_error"].startswith("timed out after 1.0s")
+    assert f.workers() == {old: f.workers()[old]}
+
+
+def test_unimportable_queue_fails_while_another_runs(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    f = fleet({"broken": {"tasks": ["tests.support.broken_tasks"]},
+               "default": {"processes": 1}})
+    wait_for(lambda: "queue 'broken' failed" in f.log(), timeout=60)
+    job_id = pgfleet.enqueue(dsn, "noop")
+    wait_for(lambda: job(dsn, job_id)["state"] == "succeeded")
+    assert f.workers("broken") == {}
+    assert "cannot import its tasks" in f.log()
+
+
+def test_hup_applies_a_new_process_count_and_survives_a_broken_file(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    f = fleet({"default": {"processes": 2}})
+    before = set(f.wait_workers(2))
+    f.config.write_text(config_text({"default": {"processes": 4}}))
+    f.signal(signal.SIGHUP)
+    after = f.wait_workers(4)
+    assert not before & set(after)
+    f.config.write_text("queues: [unclosed\n")
+    f.signal(signal.SIGHUP)
+    wait_for(lambda: "reload refused" in f.log())
+    settle(1.0)
+    assert set(f.workers()) == set(after)
+    job_id = pgfleet.enqueue(dsn, "noop")
+    wait_for(lambda: job(dsn, job_id)["state"] == "succeeded")
+
+
+def test_ttin_and_ttou_change_the_worker_count(dsn: str, fleet: Callable[..., Fleet]) -> None:
+    f = fleet({"default": {"processes": 1}, "other": {"processes": 2}})
+    f.wait_workers(3)
+    f.signal(signal.SIGTTIN)
+    f.wait_workers(2, "default")
+    f.wait_workers(3, "other")
+    # One at a time: Linux folds a second identical signal that arrives before the first
+    # is handled into one.
+    f.signal(signal.SIGTTOU)
+    f.wait_workers(1, "default")
+    f.wait_workers(2, "other")
+    f.signal(signal.SIGTTOU)
+    f.wait_workers(1, "other")
+    f.wait_workers(1, "default")
+
+
+def test_a_worker_over_max_memory_is_recycled(dsn: str, fleet: Callable[..., Fleet]) -> None:
+    f = fleet({"default": {"processes": 1, "max_memory": "100MiB"}})
+    [old] = f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "hog", {"megabytes": 200, "seconds": 0.2})
+    wait_for(lambda: job(dsn, job_id)["state"] == "succeeded")
+    wait_for(lambda: "exited: recycled" in f.log())
+    [new] = f.wait_workers(1)
+    assert new != old
+
+
+def test_max_jobs_recycles_a_worker(dsn: str, fleet: Callable[..., Fleet]) -> None:
+    f = fleet({"default": {"processes": 1, "max_jobs": 10}})
+    f.wait_workers(1)
+    pgfleet.enqueue_many(dsn, [{"task": "noop"}] * 40)
+    wait_for(lambda: states(dsn) == {"succeeded": 40}, timeout=60)
+    wait_for(lambda: "exited: recycled" in f.log())
+    assert int(scalar(dsn, "SELECT count(DISTINCT pid) FROM audit")) >= 3
+
+
+def test_two_supervisors_share_the_queues_without_running_a_job_twice(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    a = fleet({"default": {"processes": 2, "threads": 2}}, name="a")
+    b = fleet({"default": {"processes": 2, "threads": 2}}, name="b")
+    a.wait_workers(2)
+    b.wait_workers(2)
+    ids = pgfleet.enqueue_many(dsn, [{"task": "sleep", "args": {"seconds": 0.005}}] * 2000)
+    wait_for(lambda: states(dsn) == {"succeeded": 2000}, timeout=120)
+    rows = psycopg.connect(dsn).execute(
+        "SELECT job_id, count(*) FROM audit WHERE event = 'finished' GROUP BY 1").fetchall()
+    assert {r[0] for r in rows} == set(ids) and {r[1] for r in rows} == {1}
+    pids = {r[0] for r in psycopg.connect(dsn).execute("SELECT DISTINCT pid FROM audit")}
+    assert pids & set(a.workers()) and pids & set(b.workers())
