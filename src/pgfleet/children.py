@@ -79,7 +79,7 @@ def run_maintenance(config: Config, dsn: str, me: Identity) -> int:
 
     return Maintenance(
         config, dsn, supervisor_id=me.supervisor_id, supervisor_pid=me.supervisor_pid,
-        rescue_fd=me.rescue_fd, beacon=me.beacon,
+        rescue_fd=me.rescue_fd, beacon=me.beacon, own_id=me.worker_id,
     ).run()
 
 

@@ -27,11 +27,12 @@ PRUNE_EVERY = 60.0
 
 class Maintenance:
     def __init__(self, config: Config, dsn: str, *, supervisor_id: str, supervisor_pid: int,
-                 rescue_fd: int, beacon: Beacon | None) -> None:
+                 rescue_fd: int, beacon: Beacon | None, own_id: str = "") -> None:
         self.config = config
         self.dsn = dsn
         self.supervisor_id = supervisor_id
         self.supervisor_pid = supervisor_pid
+        self.own_id = own_id or f"{socket.gethostname()}:{os.getpid()}:maintenance"
         self.rescue_fd = rescue_fd
         self.beacon = beacon
         self.stopping = False
@@ -133,6 +134,10 @@ class Maintenance:
             conn, id=self.supervisor_id, host=socket.gethostname(), pid=self.supervisor_pid,
             kind="supervisor", queue=None, supervisor=None,
         )
+        store.register_process(
+            conn, id=self.own_id, host=socket.gethostname(), pid=os.getpid(),
+            kind="maintenance", queue=None, supervisor=self.supervisor_id,
+        )
         store.prune_processes(conn, self.config.supervisor.stale_after * 4)
 
     def _prune(self, conn: psycopg.Connection[Any]) -> None:
@@ -160,6 +165,7 @@ class Maintenance:
         try:
             conn = self._connection()
             store.unregister_process(conn, self.supervisor_id)
+            store.unregister_process(conn, self.own_id)
         except (psycopg.Error, DatabaseUnavailable):
             pass
         finally:

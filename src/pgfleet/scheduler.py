@@ -229,8 +229,12 @@ class Scheduler:
 
     def _catch_up(self, conn: psycopg.Connection[Any], name: str, schedule: Schedule,
                   now: datetime, last: datetime | None, max_delay: timedelta) -> list[Fired]:
+        if last is None:
+            # A schedule that never ran (new, or renamed) starts with its next fire time:
+            # adding a nightly job at 03:30 should not run it at once.
+            return []
         latest = previous_fire_time(schedule.cron, schedule.timezone, now)
-        since = last if last is not None else now - max_delay
+        since = last
         if latest is None or latest <= since:
             return []
         older = self._count_between(schedule, since, latest)
