@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 from collections.abc import Callable
@@ -31,7 +32,7 @@ def jobs_of(dsn: str, task: str = "noop") -> int:
 
 
 def gaps(times: list[datetime]) -> list[float]:
-    return [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+    return [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
 
 
 def scheduler_pid(f: Fleet) -> int:
