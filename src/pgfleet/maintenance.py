@@ -42,6 +42,7 @@ class Maintenance:
         self.next_prune = 0.0
         self.next_heartbeat = 0.0
         self.parent = os.getppid()
+        self.seen_job_id: int | None = None
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._stop)
@@ -55,7 +56,7 @@ class Maintenance:
                 break
             self._read_requests(self.config.maintenance.interval)
             try:
-                self._pass()
+                self.pass_once()
                 delay = 0.1
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 log.warning("maintenance pass failed: %s", scrub(str(exc).strip(), self.dsn))
@@ -97,7 +98,8 @@ class Maintenance:
             self.conn = connect(self.dsn, autocommit=True)
         return self.conn
 
-    def _pass(self) -> None:
+    def pass_once(self) -> None:
+        """One maintenance pass: rescue, heartbeat, rescue expired leases, prune, measure."""
         conn = self._connection()
         self._rescue_requested()
         now = time.monotonic()
@@ -105,7 +107,7 @@ class Maintenance:
             self._heartbeat(conn)
             self.next_heartbeat = now + self.config.supervisor.heartbeat_interval
         for job_id, queue, state in store.rescue_expired(conn, limit=RESCUE_BATCH):
-            metrics.jobs_rescued.labels(queue).inc()
+            metrics.jobs_rescued.labels(metrics.queue_label(queue)).inc()
             log.warning("job %d rescued after its lease expired (now %s)", job_id, state)
         if now >= self.next_prune:
             self._prune(conn)
@@ -120,10 +122,11 @@ class Maintenance:
             worker, reason = self.to_rescue[0]
             rows = store.rescue_holder(conn, worker=worker, error=reason)
             for job_id, queue, task, state in rows:
-                metrics.jobs_rescued.labels(queue).inc()
-                metrics.jobs_finished.labels(queue, metrics.task_label(task), "crashed").inc()
+                label = metrics.queue_label(queue)
+                metrics.jobs_rescued.labels(label).inc()
+                metrics.jobs_finished.labels(label, metrics.task_label(task), "crashed").inc()
                 if state == "dead":
-                    metrics.jobs_finished.labels(queue, metrics.task_label(task), "dead").inc()
+                    metrics.jobs_finished.labels(label, metrics.task_label(task), "dead").inc()
                 log.warning("job %d given back from %s (%s): now %s", job_id, worker, reason,
                             state)
             store.unregister_process(conn, worker)
@@ -154,6 +157,11 @@ class Maintenance:
             log.info("pruned %d finished job(s)", total)
 
     def _measure(self, conn: psycopg.Connection[Any]) -> None:
+        if self.seen_job_id is None:
+            self.seen_job_id = store.max_job_id(conn)  # the counter starts at boot
+        created, self.seen_job_id = store.jobs_created_since(conn, self.seen_job_id)
+        for queue, count in created.items():
+            metrics.jobs_enqueued.labels(metrics.queue_label(queue)).inc(count)
         metrics.set_queue_gauges(
             counts=store.queue_counts(conn),
             oldest=store.oldest_waiting(conn),

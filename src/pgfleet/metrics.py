@@ -16,8 +16,10 @@ TIME_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 
 UNKNOWN_TASK_LABEL = "unknown"
 
+# Counted from the database by every host's maintenance process, so like the queue gauges
+# it is the same on every host: take max() over instances, not sum().
 jobs_enqueued = Counter(
-    "pgfleet_jobs_enqueued", "Jobs created, counted from the database.", ["queue"]
+    "pgfleet_jobs_enqueued", "Jobs created (by anyone), counted from the database.", ["queue"]
 )
 jobs_started = Counter("pgfleet_jobs_started", "Jobs a worker started.", ["queue", "task"])
 jobs_finished = Counter(
@@ -82,6 +84,20 @@ queue_paused = Gauge(
 )
 
 QUEUE_STATES = ("queued", "scheduled", "running", "dead")
+# Queue names read from the database are data anyone with INSERT can choose: past this many
+# distinct names a process folds the rest into one label so a scrape stays bounded.
+QUEUE_LABEL_LIMIT = 200
+OTHER_QUEUES_LABEL = "_other"
+_queue_labels: set[str] = set()
+
+
+def queue_label(name: str) -> str:
+    if name in _queue_labels:
+        return name
+    if len(_queue_labels) >= QUEUE_LABEL_LIMIT or len(name) > 128:
+        return OTHER_QUEUES_LABEL
+    _queue_labels.add(name)
+    return name
 _TASK_LABEL_LIMIT = 120
 
 
@@ -98,13 +114,21 @@ def set_queue_gauges(
     known: set[str],
 ) -> None:
     """Publish one maintenance pass; queues seen before but now empty read 0, not stale."""
-    queues = known | {c[0] for c in counts} | set(oldest) | paused
-    by_key = {(queue, state): n for queue, state, n in counts}
-    for queue in queues:
+    for name in sorted(known):
+        queue_label(name)  # configured queues always get their own label
+    jobs: dict[tuple[str, str], int] = {}
+    for queue, state, n in counts:
+        key = (queue_label(queue), state)
+        jobs[key] = jobs.get(key, 0) + n
+    ages: dict[str, float] = {}
+    for queue, age in oldest.items():
+        ages[queue_label(queue)] = max(age, ages.get(queue_label(queue), 0.0))
+    flags = {queue_label(q) for q in paused}
+    for queue in {*map(queue_label, known), *(k[0] for k in jobs), *ages, *flags}:
         for state in QUEUE_STATES:
-            queue_jobs.labels(queue, state).set(by_key.get((queue, state), 0))
-        queue_oldest_age.labels(queue).set(oldest.get(queue, 0.0))
-        queue_paused.labels(queue).set(1 if queue in paused else 0)
+            queue_jobs.labels(queue, state).set(jobs.get((queue, state), 0))
+        queue_oldest_age.labels(queue).set(ages.get(queue, 0.0))
+        queue_paused.labels(queue).set(1 if queue in flags else 0)
 schedule_runs = Counter(
     "pgfleet_schedule_runs", "Jobs enqueued by a schedule (by this host's scheduler).",
     ["schedule"],

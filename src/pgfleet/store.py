@@ -311,3 +311,14 @@ class ScheduleLastRun:
 def schedule_last_run_jobs(conn: Conn, names: Sequence[str]) -> dict[str, ScheduleLastRun]:
     rows = conn.execute(q("schedule_last_run_jobs"), {"names": list(names)}).fetchall()
     return {row[0]: ScheduleLastRun(row[1], row[2], row[3]) for row in rows}
+
+
+def max_job_id(conn: Conn) -> int:
+    row = conn.execute(q("max_job_id")).fetchone()
+    return int(row[0]) if row else 0
+
+
+def jobs_created_since(conn: Conn, after: int) -> tuple[dict[str, int], int]:
+    """({queue: jobs created with id > after}, the highest id seen)."""
+    rows = conn.execute(q("jobs_created_since"), {"after": after}).fetchall()
+    return {r[0]: int(r[1]) for r in rows}, max([after, *(int(r[2]) for r in rows)])

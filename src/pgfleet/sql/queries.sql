@@ -260,3 +260,12 @@ SELECT s.name, r.fire_time, r.job_id, j.state::text
         SELECT fire_time, job_id FROM pgfleet.schedule_runs
          WHERE schedule = s.name ORDER BY fire_time DESC LIMIT 1) r ON true
   LEFT JOIN pgfleet.jobs j ON j.id = r.job_id
+
+-- name: max_job_id
+SELECT coalesce(max(id), 0) FROM pgfleet.jobs
+
+-- name: jobs_created_since
+-- The enqueue counter without a counter row on the enqueue path: count ids past the last
+-- one seen (a range scan of the primary key). A transaction that commits after a pass
+-- with an id below the watermark is not counted; the undercount is that small window.
+SELECT queue, count(*), max(id) FROM pgfleet.jobs WHERE id > %(after)s GROUP BY queue

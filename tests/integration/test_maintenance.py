@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psycopg
+from prometheus_client import REGISTRY
+
+import pgfleet
+from pgfleet import metrics
+from pgfleet.config import parse_config_text
+from pgfleet.maintenance import Maintenance
+from tests.support.workers import scalar, states
+
+
+def maintenance(dsn: str, **kwargs: Any) -> Maintenance:
+    config = parse_config_text("queues:\n  default: {}\nmaintenance: {retention: 1h}\n")
+    read_end, write_end = os.pipe()
+    m = Maintenance(config, dsn, supervisor_id="host-a:1:aa", supervisor_pid=os.getpid(),
+                    rescue_fd=read_end, beacon=None, **kwargs)
+    m.write_end = write_end  # type: ignore[attr-defined]
+    return m
+
+
+def sample(name: str, labels: dict[str, str]) -> float | None:
+    value = REGISTRY.get_sample_value(name, labels)
+    return value
+
+
+def test_jobs_of_a_vanished_host_are_rescued_after_their_lease(dsn: str) -> None:
+    ids = pgfleet.enqueue_many(dsn, [{"task": "noop", "max_attempts": 2}] * 3)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Host B claimed them and vanished: two leases ran out, one still holds.
+        conn.execute("UPDATE pgfleet.jobs SET state = 'running', attempt = 1,"
+                     " lease_holder = 'host-b:9:ff', lease_expires_at = now() - interval '1s'"
+                     " WHERE id = ANY(%s)", (ids[:2],))
+        conn.execute("UPDATE pgfleet.jobs SET state = 'running', attempt = 2,"
+                     " lease_holder = 'host-b:9:ff', lease_expires_at = now() + interval '1h'"
+                     " WHERE id = %s", (ids[2],))
+        conn.execute("UPDATE pgfleet.jobs SET attempt = 2 WHERE id = %s", (ids[1],))
+    maintenance(dsn).pass_once()
+    with psycopg.connect(dsn) as conn:
+        rows = dict(conn.execute("SELECT id, state::text FROM pgfleet.jobs").fetchall())
+        error = conn.execute("SELECT last_error FROM pgfleet.jobs WHERE id = %s",
+                             (ids[0],)).fetchone()
+    assert rows == {ids[0]: "queued", ids[1]: "dead", ids[2]: "running"}
+    assert error is not None and "lease expired" in error[0]
+
+
+def test_a_reaped_worker_is_rescued_through_the_pipe(dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "noop")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgfleet.jobs SET state = 'running', attempt = 1,"
+                     " lease_holder = 'host-a:77:aa', lease_expires_at = now() + interval '1h'")
+    m = maintenance(dsn)
+    os.write(m.write_end, b"host-a:77:aa\tworker died: SIGKILL\n")  # type: ignore[attr-defined]
+    m._read_requests(1.0)
+    m.pass_once()
+    assert states(dsn) == {"queued": 1}
+    assert scalar(dsn, "SELECT last_error FROM pgfleet.jobs WHERE id = %s",
+                  (job_id,)) == "worker died: SIGKILL"
+
+
+def test_gauges_and_the_enqueue_counter_come_from_the_database(dsn: str) -> None:
+    m = maintenance(dsn)
+    m.pass_once()  # the counter starts here
+    before = sample("pgfleet_jobs_enqueued_total", {"queue": "gauges-q"}) or 0.0
+    pgfleet.enqueue_many(dsn, [{"task": "noop", "queue": "gauges-q"}] * 5)
+    pgfleet.enqueue(dsn, "noop", queue="gauges-q", delay=3600)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgfleet.enqueue('noop', '{}', queue => 'gauges-q')")
+    m.pass_once()
+    assert sample("pgfleet_jobs_enqueued_total", {"queue": "gauges-q"}) == before + 7
+    assert sample("pgfleet_queue_jobs", {"queue": "gauges-q", "state": "queued"}) == 6
+    assert sample("pgfleet_queue_jobs", {"queue": "gauges-q", "state": "scheduled"}) == 1
+    assert sample("pgfleet_queue_jobs", {"queue": "default", "state": "queued"}) == 0
+
+
+def test_hostile_queue_names_fold_into_one_label(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task) SELECT 'hostile-' || g, 'x'"
+                     " FROM generate_series(1, %s) g", (metrics.QUEUE_LABEL_LIMIT + 50,))
+    try:
+        maintenance(dsn).pass_once()
+        labels = {s.labels["queue"] for s in REGISTRY.collect()
+                  for s in s.samples if s.name == "pgfleet_queue_jobs"}
+    finally:
+        metrics._queue_labels.clear()  # this process's other tests start afresh
+    assert len(labels) <= metrics.QUEUE_LABEL_LIMIT + 1
+    assert metrics.OTHER_QUEUES_LABEL in labels
+
+
+def test_prune_removes_finished_jobs_past_retention(dsn: str) -> None:
+    ids = pgfleet.enqueue_many(dsn, [{"task": "noop"}] * 4)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgfleet.jobs SET state = 'succeeded',"
+                     " finished_at = now() - interval '2 hours' WHERE id = ANY(%s)",
+                     (ids[:3],))
+    maintenance(dsn).pass_once()
+    assert states(dsn) == {"queued": 1}
