@@ -31,7 +31,7 @@ from pgfleet import context, metrics, store
 from pgfleet.backoff import Backoff
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
-from pgfleet.listener import Listener
+from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.liveness import Beacon
 from pgfleet.tasks import PermanentError, Registry, Task
 
@@ -83,7 +83,9 @@ class Running:
     job: store.ClaimedJob
     task: Task | None
     label: str
-    deadline: float
+    timeout: float
+    # Set once, when an executor thread starts the job; 0 while it waits for a thread.
+    deadline: float = 0.0
     started: float = 0.0
     thread_id: int | None = None
     interrupted: bool = False
@@ -148,6 +150,7 @@ class Worker:
         self.parent = os.getppid()
         self.job_limit = self._jittered_limit(settings.max_jobs)
         self.reconnect_delay = 0.0
+        self.shown_busy = -1
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -320,8 +323,7 @@ class Worker:
         task = self.s.registry.get(job.task)
         label = job.task if task is not None else metrics.UNKNOWN_TASK_LABEL
         timeout = (task.timeout if task and task.timeout else None) or self.s.timeout
-        running = Running(job=job, task=task, label=label, deadline=0.0)
-        running.deadline = timeout  # converted to an absolute time when the thread starts
+        running = Running(job=job, task=task, label=label, timeout=timeout)
         self.running[job.id] = running
         metrics.jobs_started.labels(self.s.queue, label).inc()
         metrics.job_wait.labels(self.s.queue).observe(max(0.0, job.wait_seconds))
@@ -409,8 +411,8 @@ class Worker:
         started = time.monotonic()
         with self.guard:
             running.started = started
-            running.deadline = started + running.deadline
             running.thread_id = threading.get_ident()
+            running.deadline = started + running.timeout
         outcome = Outcome(running)
         job = running.job
         context.set_current(context.JobContext(
@@ -420,7 +422,7 @@ class Worker:
         try:
             self._call(running)
         except JobTimeout:
-            outcome.error = f"timed out after {running.deadline - started:.1f}s"
+            outcome.error = f"timed out after {running.timeout:.1f}s"
             outcome.timed_out = True
         except PermanentError as exc:
             outcome.error = describe_exception(exc)
@@ -451,7 +453,7 @@ class Worker:
 
     def _enforce_timeouts(self, now: float) -> None:
         for running in list(self.running.values()):
-            if not running.started or now < running.deadline:
+            if not running.deadline or now < running.deadline:
                 continue
             if not running.interrupted:
                 running.interrupted = True
@@ -487,13 +489,18 @@ class Worker:
         self.wake.set()
 
     def _on_notify(self, queue: str) -> None:
-        if queue == self.s.queue:
+        if queue in (self.s.queue, WAKE_ALL):
             self.claim_due = True
             self.wake.set()
 
     def _set_title(self) -> None:
+        busy = len(self.running)
+        if busy == self.shown_busy:
+            return  # the loop can turn thousands of times a second; write only changes
+        self.shown_busy = busy
+        metrics.workers_busy.labels(self.s.queue).set(busy)
         if self.s.title is not None:
-            self.s.title(f"{len(self.running)} jobs")
+            self.s.title(f"{busy} jobs")
 
     # ---- stopping ------------------------------------------------------------------------
 
