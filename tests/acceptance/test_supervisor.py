@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -33,9 +34,6 @@ def test_sigkill_of_a_worker_mid_job(dsn: str, fleet: Callable[..., Fleet]) -> N
     [old] = f.wait_workers(1)
     job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 1.5})
     wait_for(lambda: started(dsn, job_id) == 1)
-    Path(f"/proc/{old}").exists()
-    import os
-
     os.kill(old, signal.SIGKILL)
     [new] = f.wait_workers(1)
     assert new != old
@@ -212,3 +210,19 @@ def test_two_supervisors_share_the_queues_without_running_a_job_twice(
     assert {r[0] for r in rows} == set(ids) and {r[1] for r in rows} == {1}
     pids = {r[0] for r in psycopg.connect(dsn).execute("SELECT DISTINCT pid FROM audit")}
     assert pids & set(a.workers()) and pids & set(b.workers())
+
+
+def test_json_logs_have_one_event_per_line(dsn: str, fleet: Callable[..., Fleet]) -> None:
+    f = fleet({"default": {"processes": 1}}, args=("--log-format", "json"))
+    [old] = f.wait_workers(1)
+    os.kill(old, signal.SIGKILL)
+    f.wait_workers(1)
+    f.signal(signal.SIGTERM)
+    assert f.wait(30) == 0
+    entries = [json.loads(line) for line in f.log().splitlines() if line.strip()]
+    messages = [e["message"] for e in entries]
+    assert all({"time", "level", "pid", "message"} <= set(e) for e in entries)
+    assert any(m.startswith("supervisor ") and "starting" in m for m in messages)
+    assert any(m.startswith("spawned worker default#1") for m in messages)
+    assert any("exited: SIGKILL" in m for m in messages)
+    assert any(m == "supervisor stopped" for m in messages)
