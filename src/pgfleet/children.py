@@ -45,8 +45,7 @@ def run(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
 
 def run_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
     from pgfleet.backoff import Backoff
-    from pgfleet.process import set_title
-    from pgfleet.supervisor import EXIT_START_FAILED
+    from pgfleet.process import EXIT_START_FAILED, set_title
     from pgfleet.tasks import load_registry
     from pgfleet.worker import Worker, WorkerSettings
 

@@ -17,6 +17,12 @@ log = logging.getLogger("pgfleet.process")
 
 _PR_SET_PDEATHSIG = 1
 
+# Exit codes a child uses to tell the supervisor why it left.
+EXIT_RECYCLE = 64
+EXIT_TIMEOUT = 65
+EXIT_START_FAILED = 66
+EXIT_LEASE_LOST = 67
+
 
 def follow_parent_death(sig: int = signal.SIGINT) -> None:
     """Ask Linux to send `sig` when the master dies (a quick stop), so children do not

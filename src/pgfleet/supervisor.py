@@ -25,13 +25,9 @@ from pgfleet import children, metrics, process
 from pgfleet.children import Slot
 from pgfleet.config import Config, ConfigError, load_config
 from pgfleet.liveness import BeaconBoard
+from pgfleet.process import EXIT_LEASE_LOST, EXIT_RECYCLE, EXIT_START_FAILED, EXIT_TIMEOUT
 
 log = logging.getLogger("pgfleet.supervisor")
-
-# Exit codes a worker uses to say why it left (see worker.py).
-EXIT_RECYCLE = 64
-EXIT_TIMEOUT = 65
-EXIT_START_FAILED = 66
 
 BOARD_SLOTS = 4096
 LOOP_TICK = 0.2
@@ -403,4 +399,6 @@ def exit_reason(status: int, killed_for: str | None) -> tuple[str, str]:
         return "job timeout", "timeout"
     if code == EXIT_START_FAILED:
         return "start-up failed", "start_failed"
+    if code == EXIT_LEASE_LOST:
+        return "could not renew its leases", "lease_lost"
     return f"exit code {code}", "crashed"

@@ -33,15 +33,15 @@ from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.liveness import Beacon
+from pgfleet.process import EXIT_LEASE_LOST, EXIT_RECYCLE, EXIT_TIMEOUT
 from pgfleet.tasks import PermanentError, Registry, Task
 
 log = logging.getLogger("pgfleet.worker")
 
-# Exit codes the supervisor reads to tell why a worker left.
 EXIT_OK = 0
-EXIT_RECYCLE = 64
-EXIT_TIMEOUT = 65
-EXIT_START_FAILED = 66
+# Leases are renewed at every heartbeat; a worker that could not renew them for this
+# fraction of the lease stops its jobs, because another host may take them at expiry.
+LEASE_SAFETY = 0.8
 
 MAX_ERROR_CHARS = 4000
 DEFAULT_ARGS_LIMIT = 1024 * 1024
@@ -151,6 +151,8 @@ class Worker:
         self.job_limit = self._jittered_limit(settings.max_jobs)
         self.reconnect_delay = 0.0
         self.shown_busy = -1
+        self.leases_renewed = time.monotonic()
+        self.abandoned = False  # set when the process must exit without the database
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -205,6 +207,8 @@ class Worker:
                 log.warning("parent process died; stopping")
                 self.request_stop("quick")
             self._collect_outcomes()
+            if self.running and now - self.leases_renewed > self.s.lease * LEASE_SAFETY:
+                self._lease_lost(now)
             if self.stop_mode == "quick" or (
                 self.stop_mode == "graceful"
                 and (not self.running or now >= self.stop_deadline)
@@ -334,6 +338,7 @@ class Worker:
         with self.conn.transaction():
             store.heartbeat_process(self.conn, self.s.worker_id)
             store.renew_leases(self.conn, worker=self.s.worker_id, lease=self.s.lease)
+        self.leases_renewed = time.monotonic()
         self.next_heartbeat = time.monotonic() + self.s.heartbeat_interval
         if self.s.max_memory and not self.recycle_reason:
             rss = rss_bytes()
@@ -488,6 +493,17 @@ class Worker:
         self.stop_mode = "quick"
         self.wake.set()
 
+    def _lease_lost(self, now: float) -> None:
+        """The database has been out of reach for most of a lease. Past expiry another
+        host may start these jobs, so this process must not be running them then: it
+        exits, and the rescue (or the lease expiry) gives them back."""
+        log.error("worker %s could not renew its leases for %.0fs (lease %.0fs); exiting "
+                  "so that none of its %d job(s) can run twice", self.s.worker_id,
+                  now - self.leases_renewed, self.s.lease, len(self.running))
+        self.exit_code = EXIT_LEASE_LOST
+        self.stop_mode = "quick"
+        self.abandoned = True
+
     def _on_notify(self, queue: str) -> None:
         if queue in (self.s.queue, WAKE_ALL):
             self.claim_due = True
@@ -508,16 +524,19 @@ class Worker:
         if self.listener is not None:
             self.listener.stop()
         self._collect_outcomes()
+        if self.abandoned:
+            log.info("worker %s stopped without the database", self.s.worker_id)
+            return
         try:
             self._ensure_connection()
+            assert self.conn is not None
             self._flush()
             if self.running:
                 # Interrupted by the stop, not by their own fault: the attempt is refunded.
-                ids = store.give_back(self.conn, worker=self.s.worker_id,  # type: ignore[arg-type]
-                                      ids=list(self.running))
+                ids = store.give_back(self.conn, worker=self.s.worker_id, ids=list(self.running))
                 if ids:
                     log.info("gave back %d unfinished job(s): %s", len(ids), ids)
-            store.unregister_process(self.conn, self.s.worker_id)  # type: ignore[arg-type]
+            store.unregister_process(self.conn, self.s.worker_id)
         except (psycopg.Error, DatabaseUnavailable) as exc:
             log.warning("could not record the shutdown: %s", scrub(str(exc), self.s.dsn))
         finally:

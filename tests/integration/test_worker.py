@@ -221,3 +221,42 @@ def test_worker_reconnects_after_its_connections_are_killed(dsn: str) -> None:
     # Outcomes wait in memory across the reconnect: no job ran twice or used a second attempt.
     assert set(audit_counts(dsn).values()) == {1} and len(audit_counts(dsn)) == 300
     assert scalar(dsn, "SELECT max(attempt) FROM pgfleet.jobs") == 1
+
+
+def test_a_worker_cut_off_from_the_database_stops_before_its_lease_expires(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from pgfleet.process import EXIT_LEASE_LOST
+    from pgfleet.tasks import load_registry
+    from pgfleet.worker import Worker, WorkerSettings
+    from tests.support.proxy import Proxy
+    from tests.support.workers import TASKS
+
+    proxy = Proxy()
+    params = conninfo_to_dict(dsn)
+    params.update(host="127.0.0.1", port=proxy.port)
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 30})
+    worker = Worker(WorkerSettings(
+        dsn=make_conninfo(**params), queue="default",
+        registry=load_registry([TASKS]),
+        lease=3.0, heartbeat_interval=0.5, poll_interval=0.2, notify=False))
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(worker.run()), daemon=True)
+    caplog.set_level(logging.ERROR, logger="pgfleet.worker")
+    try:
+        thread.start()
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s",
+                                (job_id,)) == 1)
+        proxy.cut()
+        thread.join(30)
+        assert result == [EXIT_LEASE_LOST]
+        assert "could not renew its leases" in caplog.text
+        # The database never heard of the exit: the lease runs out and a rescue follows.
+        assert scalar(dsn, "SELECT state::text FROM pgfleet.jobs WHERE id = %s",
+                      (job_id,)) == "running"
+        wait_for(lambda: scalar(dsn, "SELECT lease_expires_at < now() FROM pgfleet.jobs"
+                                     " WHERE id = %s", (job_id,)), timeout=10)
+    finally:
+        proxy.close()

