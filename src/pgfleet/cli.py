@@ -305,12 +305,18 @@ def load_or_exit(path: str) -> Config:
             click.echo(scrub(line, None), err=True)
         sys.exit(EXIT_USAGE)
     sys.path.insert(0, os.getcwd())
-    problems = missing_modules(config)
-    if problems:
-        for line in problems:
-            click.echo(line, err=True)
-        sys.exit(EXIT_USAGE)
+    report(missing_modules(config), [])
     return config
+
+
+def report(problems: list[str], warnings: list[str]) -> None:
+    """Print warnings; print every problem and exit 2 if there is any."""
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
+    for line in problems:
+        click.echo(line, err=True)
+    if problems:
+        sys.exit(EXIT_USAGE)
 
 
 def config_dsn(config: Config) -> str | None:
@@ -327,13 +333,7 @@ def check(path: str) -> None:
     from pgfleet.preflight import unregistered_schedule_tasks
 
     config = load_or_exit(path)
-    problems, warnings = unregistered_schedule_tasks(config)
-    for line in warnings:
-        click.echo(f"warning: {line}", err=True)
-    if problems:
-        for line in problems:
-            click.echo(line, err=True)
-        sys.exit(EXIT_USAGE)
+    report(*unregistered_schedule_tasks(config))
     needed = connection_budget(config)
     dsn = config_dsn(config)
     if dsn:
@@ -377,13 +377,7 @@ def run(path: str) -> None:
     if not dsn:
         fail("no database URL: set database_url in the file, pass --database-url or set "
              "PGFLEET_DATABASE_URL", EXIT_USAGE)
-    problems, warnings = check_in_child(config)
-    for line in warnings:
-        click.echo(f"warning: {line}", err=True)
-    if problems:
-        for line in problems:
-            click.echo(line, err=True)
-        sys.exit(EXIT_USAGE)
+    report(*check_in_child(config))
     metrics_dir = fresh_metrics_dir()
     try:
         # Imported only now: prometheus-client reads PROMETHEUS_MULTIPROC_DIR at import.

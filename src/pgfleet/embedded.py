@@ -87,6 +87,15 @@ def binaries() -> Path:
     return bin_dir
 
 
+def binaries_for(root: Path, user: pwd.struct_passwd | None) -> Path:
+    """The binaries the server's account can execute: the wheel's own, or a copy of
+    them inside `root` when that account cannot reach the wheel."""
+    bin_dir = binaries()
+    if user is not None and not _reachable(bin_dir, user, execute=True):
+        return _staged_binaries(bin_dir, root)
+    return bin_dir
+
+
 def server_user() -> pwd.struct_passwd | None:
     """The account the server runs as: None (ourselves) unless we are root."""
     if os.geteuid() != 0:
@@ -131,12 +140,11 @@ def start(root: Path | None = None) -> EmbeddedServer:
     """Initialise (first time) and start the embedded server, create the `pgfleet`
     database, and return it. A server already running in that folder is reused and
     left running at the end."""
-    bin_dir = binaries()
+    binaries()  # a clear error before anything is created
     user = server_user()
     root = (root or default_root(user)).absolute()
     _prepare_root(root, user)
-    if user is not None and not _reachable(bin_dir, user, execute=True):
-        bin_dir = _staged_binaries(bin_dir, root)
+    bin_dir = binaries_for(root, user)
     server = EmbeddedServer(root=root, port=0, dsn="", owned=False, bin_dir=bin_dir, user=user)
     data = server.data_dir
     if not (data / "PG_VERSION").exists():
