@@ -12,9 +12,9 @@ Which fire times run. A scheduler that has been watching a schedule continuously
 previous successful pass is at most CONTINUITY seconds old) fires every fire time that
 fell due since that pass, even if the loop was late, so a busy host leaves no gap. A
 scheduler that looks for the first time, or after an outage longer than CONTINUITY,
-applies the catch-up rule: of the fire times due since the last recorded run (or, for a
-schedule that never ran, since now - max_delay) only the LATEST runs, once, and only if
-it is at most max_delay old; older misses are skipped with one log line.
+applies the catch-up rule: of the fire times due since the last recorded run only the
+LATEST runs, once, and only if it is at most max_delay old; older misses are skipped with
+one log line. A schedule that never ran waits for its next fire time.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any
 import psycopg
 
 from pgfleet import metrics, store
+from pgfleet.client import DEFAULT_MAX_ATTEMPTS
 from pgfleet.config import Config, Schedule
 from pgfleet.cron import fire_times_after, previous_fire_time
 from pgfleet.db import connect, scrub
@@ -43,7 +44,6 @@ from pgfleet.liveness import Beacon
 
 log = logging.getLogger("pgfleet.scheduler")
 
-DEFAULT_MAX_ATTEMPTS = 20
 # The supervisor counts a child stale without a beat; waits are cut to this length.
 BEAT_EVERY = 0.5
 # Passes happen at every fire time and at least this often (metrics, other hosts' runs).
@@ -286,6 +286,7 @@ class Scheduler:
 
     def _max_attempts(self, schedule: Schedule) -> int:
         queue = self.config.queues.get(schedule.queue)
+        # A queue this host does not run takes the default, as an enqueue would.
         return queue.max_attempts if queue is not None else DEFAULT_MAX_ATTEMPTS
 
     def _publish(self, name: str, schedule: Schedule, now: datetime,
