@@ -310,14 +310,14 @@ class Metrics(BaseModel):
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
-        _parse_listen(value)
+        parse_listen(value)
         return value
 
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 
 
-def _parse_listen(value: str) -> tuple[str, int]:
+def parse_listen(value: str) -> tuple[str, int]:
     hint = "expected host:port, e.g. 127.0.0.1:9464 or [::1]:9464"
     host, sep, port_text = value.rpartition(":")
     if not sep or not host or not port_text.isdigit() or len(port_text) > 5:

@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from pgfleet import __version__, metrics, migrations
-from pgfleet.config import Config, _parse_listen
+from pgfleet.config import Config, parse_listen
 from pgfleet.db import scrub
 from pgfleet.liveness import Beacon
 
@@ -156,7 +156,7 @@ class Exporter:
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
         listen = self.config.metrics.listen
-        host, port = _parse_listen(listen)
+        host, port = parse_listen(listen)
         try:
             server = _Server((host, port), self, ipv6=":" in host)
         except OSError as exc:
