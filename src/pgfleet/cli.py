@@ -406,10 +406,12 @@ def fresh_metrics_dir() -> str:
 def _register_commands() -> None:
     """Commands that live in their own modules, beside what they show."""
     from pgfleet.cron_commands import cron
+    from pgfleet.dev_command import dev
     from pgfleet.status import status
 
     cli.add_command(status)
     cli.add_command(cron)
+    cli.add_command(dev)
 
 
 _register_commands()

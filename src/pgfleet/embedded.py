@@ -119,7 +119,10 @@ def default_root(user: pwd.struct_passwd | None = None) -> Path:
     if given:
         return Path(given).expanduser().absolute()
     local = (Path.cwd() / DEFAULT_DIR).absolute()
-    if user is None or _reachable(local.parent, user):
+    # Folders still to be created get mode 0755 (umask 022), so the nearest existing one
+    # decides.
+    existing = next(p for p in [local, *local.parents] if p.exists())
+    if user is None or _reachable(existing, user):
         return local
     tag = hashlib.sha256(str(Path.cwd().absolute()).encode()).hexdigest()[:12]
     return Path("/var/tmp") / f"pgfleet-embedded-{tag}"

@@ -1,0 +1,1 @@
+"""The example application of the quick start (see examples/README.md)."""

