@@ -22,7 +22,7 @@ import psycopg
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from pgfleet import __version__, metrics, migrations
+from pgfleet import __version__, metrics, metrics_files, migrations
 from pgfleet.config import Config, parse_listen
 from pgfleet.db import scrub
 from pgfleet.liveness import Beacon
@@ -145,6 +145,7 @@ class Exporter:
         self.stopping = False
         self.parent = os.getppid()
         self.multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+        self.scrape_lock = threading.Lock()
         self._ready_lock = threading.Lock()
         self._ready_at = -READY_CACHE_SECONDS
         self._ready: tuple[bool, str] = (False, "not checked yet")
@@ -195,8 +196,17 @@ class Exporter:
     def scrape(self) -> bytes:
         if self.multiproc_dir is None:
             return bytes(generate_latest(REGISTRY))
+        # One scrape at a time: compaction renames files another scrape could be reading,
+        # and a merge takes milliseconds, so even a burst of scrapers queues briefly.
+        with self.scrape_lock:
+            return self._scrape_files(self.multiproc_dir)
+
+    def _scrape_files(self, directory: str) -> bytes:
+        folded = metrics_files.compact(directory)
+        if folded:
+            log.info("folded the metric files of %d dead process(es) into the archive", folded)
         registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=self.multiproc_dir)  # type: ignore[no-untyped-call]
+        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
         try:
             return bytes(generate_latest(registry))
         except Exception:
