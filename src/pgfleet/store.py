@@ -152,8 +152,10 @@ def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> l
     return [row[0] for row in rows]
 
 
-def renew_leases(conn: Conn, *, worker: str, lease: float) -> None:
-    conn.execute(q("renew_leases"), {"worker": worker, "lease": lease})
+def renew_leases(conn: Conn, *, worker: str, lease: float, ids: Sequence[int]) -> None:
+    """Extend the leases of the jobs `ids` that `worker` still holds."""
+    if ids:
+        conn.execute(q("renew_leases"), {"worker": worker, "lease": lease, "ids": list(ids)})
 
 
 def rescue_holder(conn: Conn, *, worker: str, error: str) -> list[tuple[int, str, str, str]]:

@@ -75,17 +75,23 @@ UPDATE pgfleet.jobs j
 RETURNING j.id, j.state::text
 
 -- name: give_back
--- Shutdown: jobs this worker did not finish go back without using up an attempt.
+-- Shutdown: jobs this worker did not finish go back without using up an attempt. They are
+-- due a second from now: the giving process exits right after this commit, and its job
+-- threads must be gone before another worker can claim the job.
 UPDATE pgfleet.jobs
-   SET state = 'queued', attempt = greatest(attempt - 1, 0), run_at = now(),
+   SET state = 'queued', attempt = greatest(attempt - 1, 0),
+       run_at = now() + interval '1 second',
        lease_holder = NULL, lease_expires_at = NULL
  WHERE lease_holder = %(worker)s AND state = 'running'
    AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
 RETURNING id
 
 -- name: renew_leases
+-- Only the jobs the worker knows it runs: a claim committed just before a crash may never
+-- have reached the worker, and renewing that row too would hold it forever. Its lease
+-- runs out and rescue_expired gives it back.
 UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
- WHERE lease_holder = %(worker)s AND state = 'running'
+ WHERE lease_holder = %(worker)s AND state = 'running' AND id = ANY(%(ids)s::bigint[])
 
 -- name: rescue_holder
 -- R3a: the supervisor saw this worker exit; its running jobs failed with the reason.
@@ -195,13 +201,14 @@ DELETE FROM pgfleet.processes
 
 -- name: queue_counts
 -- Gauges for the metrics and `pgfleet status`. "queued" counts due jobs; future ones are
--- "scheduled". Grouped by queue and state over small partial indexes.
-SELECT queue,
-       CASE WHEN state = 'queued' AND run_at > now() THEN 'scheduled' ELSE state::text END,
-       count(*)
-  FROM pgfleet.jobs
- WHERE state IN ('queued', 'running', 'dead')
- GROUP BY 1, 2
+-- "scheduled". One branch per state, so each reads only its own partial index and the
+-- finished history is never scanned.
+SELECT queue, CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, count(*)
+  FROM pgfleet.jobs WHERE state = 'queued' GROUP BY 1, 2
+UNION ALL
+SELECT queue, 'running', count(*) FROM pgfleet.jobs WHERE state = 'running' GROUP BY 1
+UNION ALL
+SELECT queue, 'dead', count(*) FROM pgfleet.jobs WHERE state = 'dead' GROUP BY 1
 
 -- name: oldest_waiting
 SELECT queue, extract(epoch FROM now() - min(run_at))::float8

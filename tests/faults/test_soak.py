@@ -1,0 +1,54 @@
+"""Soak: a large batch of jobs while workers are SIGKILLed at random and the database is
+restarted once (a crash restart). The books balance; the second runs are reported.
+
+Scaled to this machine: SOAK_JOBS (default 30,000) keeps the test well under a minute."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.faults import books
+from tests.faults.conftest import Db
+from tests.faults.helpers import audited, enqueue, mixed_batch, unfinished, wait_settled
+from tests.support.fleet import Fleet
+
+pytestmark = pytest.mark.faults
+
+JOBS = int(os.environ.get("SOAK_JOBS", "30000"))
+# stale_after leaves room for a worker waiting out its reconnect backoff (up to 10 s).
+LIVENESS = {"heartbeat_interval": "0.5s", "stale_after": "12s", "lease": "15s"}
+
+
+def test_soak_with_random_kills_and_a_database_restart(
+        db: Db, cfleet: Callable[..., Fleet]) -> None:
+    dsn = db.dsn
+    rng = random.Random(7)
+    f = cfleet({"default": {"processes": 3, "threads": 4, "kill_grace": "1s"}},
+               supervisor=LIVENESS)
+    f.wait_workers(3)
+    sleepers = JOBS // 50
+    ids = enqueue(dsn, mixed_batch(JOBS - sleepers, n_sleep=sleepers, sleep=0.05))
+    kills, restarted = 0, False
+    deadline = time.monotonic() + 240
+    while unfinished(dsn) and time.monotonic() < deadline:
+        time.sleep(rng.uniform(0.2, 0.8))
+        live = list(f.workers())
+        if live:
+            os.kill(rng.choice(live), signal.SIGKILL)
+            kills += 1
+        if not restarted and audited(dsn) > JOBS // 3:
+            db.cluster.restart("immediate")
+            restarted = True
+    wait_settled(dsn, timeout=120, log=f.log)
+
+    result = books.check(dsn, ids)
+    print(f"soak: {kills} SIGKILLs, 1 crash restart: {result.summary()}")
+    assert restarted and kills >= 5
+    assert result.states == {"succeeded": len(ids)}
+    assert result.fault_reruns >= 1
