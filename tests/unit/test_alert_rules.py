@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import metric_names
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROM_DIR = REPO_ROOT / "config" / "prometheus"
 ALERTS = PROM_DIR / "alerts.yml"
@@ -26,27 +28,7 @@ EXPECTED_ALERTS = {
     "PgfleetScheduleMissed",
 }
 
-KNOWN_METRICS = {
-    "pgfleet_jobs_enqueued_total",
-    "pgfleet_jobs_started_total",
-    "pgfleet_jobs_finished_total",
-    "pgfleet_job_retries_total",
-    "pgfleet_job_duration_seconds",
-    "pgfleet_job_wait_seconds",
-    "pgfleet_queue_jobs",
-    "pgfleet_queue_oldest_job_age_seconds",
-    "pgfleet_queue_paused",
-    "pgfleet_workers",
-    "pgfleet_workers_busy",
-    "pgfleet_worker_restarts_total",
-    "pgfleet_queue_failed",
-    "pgfleet_jobs_rescued_total",
-    "pgfleet_schedule_runs_total",
-    "pgfleet_schedule_last_run_timestamp_seconds",
-    "pgfleet_schedule_next_run_timestamp_seconds",
-    "pgfleet_supervisor_up",
-    "pgfleet_build_info",
-}
+KNOWN_METRICS = metric_names.KNOWN_METRICS
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,35 +12,19 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import metric_names
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO_ROOT / "grafana" / "dashboards" / "pgfleet.json"
 PROVISIONING = REPO_ROOT / "grafana" / "provisioning"
 
-KNOWN_METRICS = {
-    "pgfleet_jobs_enqueued_total",
-    "pgfleet_jobs_started_total",
-    "pgfleet_jobs_finished_total",
-    "pgfleet_job_retries_total",
-    "pgfleet_job_duration_seconds",
-    "pgfleet_job_wait_seconds",
-    "pgfleet_queue_jobs",
-    "pgfleet_queue_oldest_job_age_seconds",
-    "pgfleet_queue_paused",
-    "pgfleet_workers",
-    "pgfleet_workers_busy",
-    "pgfleet_worker_restarts_total",
-    "pgfleet_queue_failed",
-    "pgfleet_jobs_rescued_total",
-    "pgfleet_schedule_runs_total",
-    "pgfleet_schedule_last_run_timestamp_seconds",
-    "pgfleet_schedule_next_run_timestamp_seconds",
-    "pgfleet_supervisor_up",
-    "pgfleet_build_info",
-}
+KNOWN_METRICS = metric_names.KNOWN_METRICS
 
 # Read from the database and exported identically by every host: summing them across
 # instances multiplies the value by the number of hosts.
+# Read from the database by every host, so every host exports the same value.
 DATABASE_GAUGES = {
+    "pgfleet_jobs_enqueued_total",
     "pgfleet_queue_jobs",
     "pgfleet_queue_oldest_job_age_seconds",
     "pgfleet_schedule_last_run_timestamp_seconds",
@@ -172,7 +156,9 @@ def test_template_variables(dashboard: dict[str, Any]) -> None:
     assert queue["datasource"] == DATASOURCE_REF
     query = queue["query"]
     query_text = query["query"] if isinstance(query, dict) else query
-    assert query_text == "label_values(pgfleet_jobs_started_total, queue)"
+    # A database gauge: lists every configured queue, also one that never started a job
+    # (paused, or its workers cannot start).
+    assert query_text == "label_values(pgfleet_queue_jobs, queue)"
     assert queue["includeAll"] is True
     assert queue["multi"] is True
     assert queue["allValue"] == ".*"
@@ -250,6 +236,30 @@ def test_queue_variable_applied(dashboard: dict[str, Any]) -> None:
             if base_metric(name) in QUEUELESS_METRICS:
                 continue
             assert 'queue=~"$queue"' in matchers, f"{name} in {expr}"
+
+
+OUTCOMES = ("succeeded", "failed", "timed_out", "crashed", "dead")
+
+
+def outcomes_selected(matchers: str) -> set[str]:
+    """The outcomes a pgfleet_jobs_finished_total selector's label matchers let through."""
+    selected = set(OUTCOMES)
+    for op, value in re.findall(r'outcome\s*(=~|!~|!=|=)\s*"([^"]*)"', matchers):
+        match = {o for o in OUTCOMES if re.fullmatch(value, o)}
+        selected &= {"=": {value}, "!=": set(OUTCOMES) - {value}, "=~": match,
+                     "!~": set(OUTCOMES) - match}[op]
+    return selected
+
+
+def test_dead_is_never_added_to_attempt_outcomes(dashboard: dict[str, Any]) -> None:
+    # A dead job's last attempt is counted as failed, timed_out or crashed *and* as dead:
+    # a selector mixing dead with the others counts that attempt twice.
+    assert outcomes_selected('{outcome!="dead"}') == set(OUTCOMES) - {"dead"}
+    assert outcomes_selected('{queue=~"x", outcome=~"failed|dead"}') == {"failed", "dead"}
+    for expr in all_exprs(dashboard):
+        for matchers in re.findall(r"pgfleet_jobs_finished_total(\{[^}]*\})?", expr):
+            selected = outcomes_selected(matchers)
+            assert selected == {"dead"} or "dead" not in selected, expr
 
 
 def test_database_gauges_never_summed_across_hosts(dashboard: dict[str, Any]) -> None:

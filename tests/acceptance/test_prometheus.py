@@ -1,0 +1,242 @@
+"""A real Prometheus scraping a real `pgfleet run` under mixed traffic (issue 5, "Must show"):
+every panel query of the Grafana dashboard returns data, the alert rules load and evaluate
+in that server, and `promtool check metrics` accepts a raw scrape."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pgfleet
+from tests.support.fleet import Fleet, settle
+from tests.support.prometheus import (
+    PrometheusServer,
+    check_metrics,
+    free_port,
+    has_value,
+    http_get,
+    reachable,
+)
+from tests.support.workers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "grafana" / "dashboards" / "pgfleet.json"
+ALERTS = ROOT / "config" / "prometheus" / "alerts.yml"
+
+# Scrape every second; $__rate_interval is at least four scrape intervals in Grafana.
+RATE_INTERVAL = "15s"
+SCRAPE_SECONDS = 20.0
+
+QUEUES: dict[str, Any] = {
+    "default": {"processes": 1, "threads": 4},  # succeeds, fails, retries; the schedule
+    "crashy": {"processes": 1},  # segfaults: crashed, rescued, dead, restarts
+    "slow": {"processes": 1, "timeout": "1s", "kill_grace": "1s"},  # timed out, replaced
+    "held": {"processes": 1},  # paused: a backlog and an oldest waiting age
+    "broken": {"tasks": ["tests.support.broken_tasks"]},  # cannot start: a failed queue
+}
+SCHEDULES = {"tick": {"cron": "* * * * * *", "task": "noop", "queue": "default"}}
+
+OUTCOMES = {"succeeded", "failed", "timed_out", "crashed", "dead"}
+ALERT_NAMES = {
+    "PgfleetBacklogTooOld", "PgfleetDeadJobsIncreasing", "PgfleetQueueCrashLooping",
+    "PgfleetNoSupervisor", "PgfleetScheduleMissed",
+}  # fmt: skip
+
+# Series the traffic must move, so the panels show real values and not only zeros.
+LIVE_VALUES = [
+    'max_over_time(sum by (queue) (pgfleet_workers_busy{queue="slow"})[1m:1s]) > 0',
+    'sum by (queue) (pgfleet_workers{queue="default"}) > 0',
+    'sum by (queue) (pgfleet_jobs_enqueued_total{queue="default"}) > 0',
+    'sum by (queue) (pgfleet_job_retries_total{queue="default"}) > 0',
+    'sum by (queue) (pgfleet_jobs_rescued_total{queue="crashy"}) > 0',
+    'sum by (schedule) (pgfleet_schedule_runs_total{schedule="tick"}) > 0',
+    'max by (queue) (pgfleet_queue_jobs{queue="held", state="queued"}) > 0',
+    'max by (queue) (pgfleet_queue_oldest_job_age_seconds{queue="held"}) > 0',
+]
+
+
+def panel_targets() -> list[tuple[str, str]]:
+    """(panel title, expr) of every target of every panel, rows' nested panels included."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels: list[dict[str, Any]] = []
+    for panel in dashboard["panels"]:
+        panels.append(panel)
+        panels.extend(panel.get("panels", []))
+    found = [
+        (str(panel.get("title", "")), str(target["expr"]))
+        for panel in panels if panel.get("type") != "row"
+        for target in panel.get("targets", []) if target.get("expr")
+    ]
+    assert len(found) >= 15, "the dashboard lost its panels"
+    return found
+
+
+def queue_variable_query() -> tuple[str, str]:
+    """(metric, label) of the queue variable's `label_values(METRIC, LABEL)`."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    [variable] = [v for v in dashboard["templating"]["list"] if v["name"] == "queue"]
+    query = variable["query"]
+    text = query["query"] if isinstance(query, dict) else query
+    found = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", text)
+    assert found, f"unexpected queue variable query {text!r}"
+    return found[1], found[2]
+
+
+def substitute(expr: str) -> str:
+    """What Grafana sends for the default variable values (queue = All)."""
+    for name, value in {"__rate_interval": RATE_INTERVAL, "__interval": "1s",
+                        "__range": "5m", "queue": ".*", "datasource": "prometheus"}.items():
+        expr = re.sub(rf"\$\{{{name}(:[a-z]+)?\}}|\[\[{name}\]\]|\${name}\b", value, expr)
+    assert "$" not in expr, f"unknown template variable in {expr}"
+    return expr
+
+
+def metric_names(expr: str) -> set[str]:
+    return set(re.findall(r"\bpgfleet_[a-z_]+", expr))
+
+
+def tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def pgfleet_cli(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pgfleet", *args], check=True, capture_output=True,
+                   timeout=60)
+
+
+class Traffic:
+    """Enqueues a steady mix until stopped, so rates and quantiles have recent samples."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.stopping = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, name="traffic", daemon=True)
+
+    def _run(self) -> None:
+        tick = 0
+        try:
+            while not self.stopping.is_set():
+                pgfleet.enqueue(self.dsn, "noop", queue="default")
+                if tick % 8 == 0:
+                    pgfleet.enqueue(self.dsn, "sleep", {"seconds": 0.3}, queue="default")
+                    pgfleet.enqueue(self.dsn, "fail", queue="default", max_attempts=2)
+                    pgfleet.enqueue(self.dsn, "fail_once", queue="default")
+                    pgfleet.enqueue(self.dsn, "noop", queue="held")
+                if tick % 16 == 0:
+                    pgfleet.enqueue(self.dsn, "crash", queue="crashy", max_attempts=2)
+                    pgfleet.enqueue(self.dsn, "sleep", {"seconds": 30}, queue="slow",
+                                    max_attempts=1)
+                tick += 1
+                self.stopping.wait(0.25)
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            self.errors.append(exc)
+
+    def __enter__(self) -> Traffic:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+
+
+@pytest.fixture
+def running(
+    dsn: str, fleet: Callable[..., Fleet], tmp_path: Path
+) -> Iterator[tuple[Fleet, PrometheusServer, str]]:
+    """A supervisor with its exporter on a free port, and a Prometheus scraping it."""
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    pgfleet_cli("queues", "pause", "held")
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    with PrometheusServer(folder, [target], [ALERTS]) as prometheus:
+        f = fleet(QUEUES, schedules=SCHEDULES,
+                  metrics={"enabled": True, "listen": target})
+        for queue in ("default", "crashy", "slow", "held"):
+            f.wait_workers(1, queue, timeout=60)
+        wait_for(lambda: reachable(f"http://{target}/metrics"), timeout=30)
+        wait_for(prometheus.targets_up, timeout=30)
+        yield f, prometheus, target
+
+
+def test_every_dashboard_panel_has_data_in_a_real_prometheus(
+    running: tuple[Fleet, PrometheusServer, str]
+) -> None:
+    f, prometheus, target = running
+    targets = panel_targets()
+    with Traffic(f.dsn) as traffic:
+        settle(SCRAPE_SECONDS)
+
+        def empty_panels() -> list[str]:
+            return [f"{title}: {substitute(expr)}" for title, expr in targets
+                    if not has_value(prometheus.query(substitute(expr)))]
+
+        # A generous bound for the last samples to arrive, not a timing assertion.
+        try:
+            wait_for(lambda: not empty_panels(), timeout=20, interval=1.0)
+        except AssertionError:
+            empty = "\n  ".join(empty_panels())
+            raise AssertionError(
+                f"dashboard queries without data:\n  {empty}\n"
+                f"scrapes: {prometheus.query('max_over_time(scrape_duration_seconds[1m])')} "
+                f"{prometheus.query('count_over_time(up[1m])')}\n"
+                f"supervisor log (end):\n{tail(f.log())}"
+            ) from None
+
+        # The traffic did what it is meant to: every outcome, crash and timeout restarts,
+        # a paused and a failed queue — so no panel is non-empty only by `or vector(0)`.
+        outcomes = prometheus.query("count by (outcome) (pgfleet_jobs_finished_total)")
+        assert {s["metric"]["outcome"] for s in outcomes} == OUTCOMES
+        reasons = prometheus.query("count by (reason) (pgfleet_worker_restarts_total)")
+        assert {"crashed", "timeout"} <= {s["metric"]["reason"] for s in reasons}
+        paused = prometheus.query("max by (queue) (pgfleet_queue_paused) == 1")
+        assert [s["metric"]["queue"] for s in paused] == ["held"]
+        failed = prometheus.query("max by (queue) (pgfleet_queue_failed) == 1")
+        assert [s["metric"]["queue"] for s in failed] == ["broken"]
+        zero = [expr for expr in LIVE_VALUES if not prometheus.query(expr)]
+        assert not zero, f"only zeros where the traffic must show: {zero}\n" + "\n".join(
+            f"{name}[1m]: {prometheus.query(name + '[1m]')}"
+            for name in sorted(set().union(*map(metric_names, zero))))
+        present = {s["metric"]["__name__"] for s in prometheus.query(
+            'count by (__name__) ({__name__=~"pgfleet_.+"})')}
+        referenced = set().union(*(metric_names(expr) for _, expr in targets))
+        assert referenced <= present, f"never exported: {sorted(referenced - present)}"
+
+        # The $queue variable's own query offers every configured queue.
+        metric, label = queue_variable_query()
+        values = prometheus.api(f"label/{label}/values", **{"match[]": metric})
+        assert set(QUEUES) <= set(values), values
+
+        # The alert rules load in this server and evaluate without errors.
+        def alert_rules() -> dict[str, dict[str, Any]]:
+            groups = {g["name"]: g for g in prometheus.rule_groups()}
+            assert "pgfleet" in groups, f"alert group not loaded: {list(groups)}"
+            return {r["name"]: r for r in groups["pgfleet"]["rules"] if r["type"] == "alerting"}
+
+        assert set(alert_rules()) == ALERT_NAMES
+
+        def unhealthy() -> dict[str, str]:
+            return {name: f"{rule['health']} {rule.get('lastError', '')}".strip()
+                    for name, rule in alert_rules().items() if rule["health"] != "ok"}
+
+        try:
+            wait_for(lambda: not unhealthy(), timeout=20, interval=0.5)
+        except AssertionError:
+            raise AssertionError(f"alert rules not healthy: {unhealthy()}") from None
+
+        # promtool lints a raw scrape of the running exporter.
+        status, body = http_get(f"http://{target}/metrics")
+        assert status == 200
+        lint = check_metrics(body)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert not traffic.errors, traffic.errors
