@@ -35,6 +35,7 @@ SOCKET_TIMEOUT = 10.0
 # Handler threads at once; further connections wait in the listen backlog.
 MAX_HANDLERS = 32
 READY_CACHE_SECONDS = 1.0
+SCRAPE_TRIES = 4
 READY_CONNECT_TIMEOUT = 2  # libpq rounds anything lower up to 2 seconds
 
 
@@ -207,22 +208,21 @@ class Exporter:
             log.info("folded the metric files of %d dead process(es) into the archive", folded)
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        for _ in range(SCRAPE_TRIES - 1):
+            try:
+                return bytes(generate_latest(registry))
+            except Exception:
+                # A process creating its file at this instant shows it empty (created,
+                # not yet sized); a moment later it reads whole.
+                time.sleep(0.05)
         try:
             return bytes(generate_latest(registry))
         except Exception:
             bad = self._corrupt_files()
-            if not bad:
-                # A process creating its file at this very moment can show it empty for
-                # an instant; a second read sees it whole.
-                try:
-                    return bytes(generate_latest(registry))
-                except Exception:
-                    bad = self._corrupt_files()
-            self._report(bad)
-            names = ", ".join(str(p) for p in bad) or "(none found on re-reading)"
-            # Half a scrape would look like counters resetting; a failed one is a gap.
-            raise ScrapeError(f"cannot read metric files in {self.multiproc_dir}: {names}"
-                              ) from None
+        self._report(bad)
+        names = ", ".join(str(p) for p in bad) or "(none found on re-reading)"
+        # Half a scrape would look like counters resetting; a failed one is a gap.
+        raise ScrapeError(f"cannot read metric files in {self.multiproc_dir}: {names}")
 
     def _corrupt_files(self) -> list[Path]:
         assert self.multiproc_dir is not None

@@ -46,6 +46,7 @@ class Child:
     worker_id: str
     retiring: bool = False
     killed_for: str | None = None
+    stale_seen: int = 0
 
 
 @dataclass
@@ -280,7 +281,14 @@ class Supervisor:
             if child.killed_for:
                 continue
             beat, _ = self.board.read(child.board_index)
-            if now - beat > stale_after:
+            # A slot is stamped before every fork, so 0 or a future time is a bad read.
+            if now - beat <= stale_after or not 0 < beat <= now:
+                child.stale_seen = 0
+                continue
+            # Killing is final: believe a stale slot only when two reads a tick apart
+            # agree, so one torn read of the shared page can never kill a live worker.
+            child.stale_seen += 1
+            if child.stale_seen >= 2:
                 child.killed_for = "heartbeat stale"
                 log.error("%s pid %d has not beaten for %.0fs; killing it",
                           label(child.slot), child.pid, now - beat)

@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +152,7 @@ class Worker:
         self.job_limit = self._jittered_limit(settings.max_jobs)
         self.reconnect_delay = 0.0
         self.shown_busy = -1
+        self.metric_children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.leases_renewed = time.monotonic()
         self.abandoned = False  # set when the process must exit without the database
 
@@ -320,24 +322,27 @@ class Worker:
         # A full batch suggests more are waiting: claim again as soon as a slot frees.
         self.claim_due = len(jobs) == limit
         self.next_poll = time.monotonic() + self.s.poll_interval
-        for job in jobs:
-            self._dispatch(job)
+        started = Counter(self._dispatch(job) for job in jobs)
+        for label, count in started.items():
+            self._metric(metrics.jobs_started, self.s.queue, label).inc(count)
 
-    def _dispatch(self, job: store.ClaimedJob) -> None:
+    def _dispatch(self, job: store.ClaimedJob) -> str:
+        """Hand a claimed job to the executor threads; returns its task label."""
         task = self.s.registry.get(job.task)
         label = job.task if task is not None else metrics.UNKNOWN_TASK_LABEL
         timeout = (task.timeout if task and task.timeout else None) or self.s.timeout
         running = Running(job=job, task=task, label=label, timeout=timeout)
         self.running[job.id] = running
-        metrics.jobs_started.labels(self.s.queue, label).inc()
-        metrics.job_wait.labels(self.s.queue).observe(max(0.0, job.wait_seconds))
+        self._metric(metrics.job_wait, self.s.queue).observe(max(0.0, job.wait_seconds))
         self.todo.put(running)
+        return label
 
     def _heartbeat(self) -> None:
         assert self.conn is not None
         with self.conn.transaction():
             store.heartbeat_process(self.conn, self.s.worker_id)
-            store.renew_leases(self.conn, worker=self.s.worker_id, lease=self.s.lease)
+            store.renew_leases(self.conn, worker=self.s.worker_id, lease=self.s.lease,
+                               ids=list(self.running))
         self.leases_renewed = time.monotonic()
         self.next_heartbeat = time.monotonic() + self.s.heartbeat_interval
         if self.s.max_memory and not self.recycle_reason:
@@ -363,8 +368,24 @@ class Worker:
         held = store.complete_succeeded(self.conn, worker=self.s.worker_id, done=successes)
         states = store.complete_failed(self.conn, worker=self.s.worker_id, failures=failures)
         self.pending = []
+        # Counters move once per batch and label set: at high load a flush serves dozens
+        # of jobs, and each metric update takes a lock and a file write.
+        counts: Counter[tuple[Any, tuple[str, ...]]] = Counter()
         for outcome in batch:
-            self._account(outcome, held, states)
+            for key in self._account(outcome, held, states):
+                counts[key] += 1
+        for (metric, labels), count in counts.items():
+            self._metric(metric, *labels).inc(count)
+        if self.recycle_reason and not self.running:
+            self.wake.set()  # recycle now rather than after the next wait
+
+    def _metric(self, metric: Any, *labels: str) -> Any:
+        """The labelled child of `metric`, cached: .labels() costs a lock and a lookup."""
+        key = (id(metric), labels)
+        child = self.metric_children.get(key)
+        if child is None:
+            child = self.metric_children[key] = metric.labels(*labels)
+        return child
 
     def _failure(self, outcome: Outcome) -> store.Failure:
         job = outcome.running.job
@@ -375,28 +396,27 @@ class Worker:
             delay=backoff.delay(job.attempt), final=outcome.final,
         )
 
-    def _account(self, outcome: Outcome, held: set[int], states: dict[int, str]) -> None:
+    def _account(self, outcome: Outcome, held: set[int], states: dict[int, str]
+                 ) -> list[tuple[Any, tuple[str, ...]]]:
+        """Free the job's slot; returns the counters (metric, labels) to move by one."""
         running = outcome.running
         job = running.job
         self.running.pop(job.id, None)
         self.jobs_done += 1
         queue, label = self.s.queue, running.label
-        metrics.job_duration.labels(queue, label).observe(outcome.seconds)
-        if outcome.error is None and job.id in held:
-            metrics.jobs_finished.labels(queue, label, "succeeded").inc()
-        elif outcome.error is not None and job.id in states:
-            kind = "timed_out" if outcome.timed_out else "failed"
-            metrics.jobs_finished.labels(queue, label, kind).inc()
-            if states[job.id] == "dead":
-                metrics.jobs_finished.labels(queue, label, "dead").inc()
-            else:
-                metrics.job_retries.labels(queue, label).inc()
-        else:
-            metrics.lease_lost.labels(queue).inc()
-            log.warning("job %d attempt %d: lease lost (taken over or cancelled); "
-                        "its outcome was discarded", job.id, job.attempt)
+        self._metric(metrics.job_duration, queue, label).observe(outcome.seconds)
         if self.job_limit is not None and self.jobs_done >= self.job_limit:
             self.recycle_reason = self.recycle_reason or f"{self.jobs_done} jobs done"
+        if outcome.error is None and job.id in held:
+            return [(metrics.jobs_finished, (queue, label, "succeeded"))]
+        if outcome.error is not None and job.id in states:
+            kind = "timed_out" if outcome.timed_out else "failed"
+            follow = ((metrics.jobs_finished, (queue, label, "dead")) if states[job.id] == "dead"
+                      else (metrics.job_retries, (queue, label)))
+            return [(metrics.jobs_finished, (queue, label, kind)), follow]
+        log.warning("job %d attempt %d: lease lost (taken over or cancelled); "
+                    "its outcome was discarded", job.id, job.attempt)
+        return [(metrics.lease_lost, (queue,))]
 
     # ---- executing -----------------------------------------------------------------------
 
