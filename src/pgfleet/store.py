@@ -152,10 +152,13 @@ def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> l
     return [row[0] for row in rows]
 
 
-def renew_leases(conn: Conn, *, worker: str, lease: float, ids: Sequence[int]) -> None:
-    """Extend the leases of the jobs `ids` that `worker` still holds."""
-    if ids:
-        conn.execute(q("renew_leases"), {"worker": worker, "lease": lease, "ids": list(ids)})
+def renew_leases(conn: Conn, *, worker: str, lease: float, ids: Sequence[int]) -> set[int]:
+    """Extend the leases of the jobs `ids` that `worker` still holds; returns those ids."""
+    if not ids:
+        return set()
+    rows = conn.execute(
+        q("renew_leases"), {"worker": worker, "lease": lease, "ids": list(ids)}).fetchall()
+    return {row[0] for row in rows}
 
 
 def rescue_holder(conn: Conn, *, worker: str, error: str) -> list[tuple[int, str, str, str]]:

@@ -53,6 +53,11 @@ class JobTimeout(BaseException):
     task's `except Exception` does not swallow it."""
 
 
+class LeaseLost(BaseException):
+    """Raised inside a job's thread when its row is no longer this worker's (rescued after
+    a freeze, cancelled, deleted): whatever it does next would be refused anyway."""
+
+
 @dataclass
 class WorkerSettings:
     dsn: str
@@ -90,6 +95,7 @@ class Running:
     started: float = 0.0
     thread_id: int | None = None
     interrupted: bool = False
+    lost: bool = False  # the row is no longer held by this worker at this attempt
 
 
 @dataclass
@@ -341,9 +347,13 @@ class Worker:
         assert self.conn is not None
         with self.conn.transaction():
             store.heartbeat_process(self.conn, self.s.worker_id)
-            store.renew_leases(self.conn, worker=self.s.worker_id, lease=self.s.lease,
-                               ids=list(self.running))
+            renewed = store.renew_leases(self.conn, worker=self.s.worker_id,
+                                         lease=self.s.lease, ids=list(self.running))
         self.leases_renewed = time.monotonic()
+        for job_id, running in self.running.items():
+            if job_id not in renewed and not running.lost:
+                running.lost = True
+                self._interrupt(running, LeaseLost)
         self.next_heartbeat = time.monotonic() + self.s.heartbeat_interval
         if self.s.max_memory and not self.recycle_reason:
             rss = rss_bytes()
@@ -428,7 +438,7 @@ class Worker:
                     return
                 self.outcomes.put(self._execute(running))
                 self.wake.set()
-            except JobTimeout:
+            except (JobTimeout, LeaseLost):
                 # An interrupt that landed just after its job had ended: nothing to do.
                 continue
 
@@ -449,6 +459,8 @@ class Worker:
         except JobTimeout:
             outcome.error = f"timed out after {running.timeout:.1f}s"
             outcome.timed_out = True
+        except LeaseLost:
+            outcome.error = "stopped: the job was taken over, cancelled or deleted"
         except PermanentError as exc:
             outcome.error = describe_exception(exc)
             outcome.final = True
@@ -463,6 +475,8 @@ class Worker:
 
     def _call(self, running: Running) -> None:
         job, task = running.job, running.task
+        if running.lost:
+            raise LeaseLost()  # taken over while it waited for a thread (prefetch)
         if task is None:
             raise UnknownTask(f"unknown task {job.task!r}")
         if job.args_size > self.s.args_limit:
@@ -486,14 +500,17 @@ class Worker:
             elif now >= running.deadline + self.s.kill_grace:
                 self._abandon(running)
 
-    def _interrupt(self, running: Running) -> None:
+    def _interrupt(self, running: Running, reason: type[BaseException] = JobTimeout) -> None:
+        """Raise `reason` in the job's thread at its next bytecode. A thread blocked in C
+        (a sleep, a socket read) sees it only when that call returns."""
         with self.guard:
             if running.thread_id is None:
                 return
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(running.thread_id), ctypes.py_object(JobTimeout)
+                ctypes.c_ulong(running.thread_id), ctypes.py_object(reason)
             )
-        log.warning("job %d passed its timeout; interrupting it", running.job.id)
+        log.warning("job %d %s; interrupting it", running.job.id,
+                    "passed its timeout" if reason is JobTimeout else "is no longer ours")
 
     def _abandon(self, running: Running) -> None:
         """The job ignored the interrupt: record it as timed out, give the other jobs

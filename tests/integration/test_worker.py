@@ -260,3 +260,22 @@ def test_a_worker_cut_off_from_the_database_stops_before_its_lease_expires(
                                      " WHERE id = %s", (job_id,)), timeout=10)
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("change", [
+    "UPDATE pgfleet.jobs SET lease_holder = 'host-b:1:ff', attempt = attempt + 1 WHERE id = %s",
+    "DELETE FROM pgfleet.jobs WHERE id = %s",
+])
+def test_a_job_whose_row_is_taken_away_is_stopped(
+    dsn: str, caplog: pytest.LogCaptureFixture, change: str
+) -> None:
+    job_id = pgfleet.enqueue(dsn, "spin", {"seconds": 60})
+    caplog.set_level(logging.WARNING, logger="pgfleet.worker")
+    with worker_thread(dsn, heartbeat_interval=0.2) as worker:
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE event = 'started'"))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(change, (job_id,))
+        wait_for(lambda: "is no longer ours" in caplog.text, timeout=10)
+        wait_for(lambda: not worker.running, timeout=10)  # the spin ended long before 60 s
+        assert "lease lost" in caplog.text
+    assert scalar(dsn, "SELECT count(*) FROM audit WHERE event = 'finished'") == 0

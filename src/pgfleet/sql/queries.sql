@@ -92,6 +92,7 @@ RETURNING id
 -- runs out and rescue_expired gives it back.
 UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
  WHERE lease_holder = %(worker)s AND state = 'running' AND id = ANY(%(ids)s::bigint[])
+RETURNING id
 
 -- name: rescue_holder
 -- R3a: the supervisor saw this worker exit; its running jobs failed with the reason.
