@@ -6,6 +6,8 @@ PYTHON ?= python3
 setup:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer)
 	$(PYTHON) -m pip install -q -e '.[dev,embedded]'
 
 test: lint

@@ -22,10 +22,25 @@ def template_db() -> Iterator[str]:
     pg.drop_database(name)
 
 
+# PGFLEET_TEST_ROLE=runtime: the `dsn` fixture (so every test, worker and supervisor that
+# uses it) logs in as the least-privilege role of docs/reliability.md instead of the owner.
+# The database is still created and migrated by the owner.
+TEST_ROLES = ("owner", "runtime")
+
+
+def _test_role() -> str:
+    role = os.environ.get("PGFLEET_TEST_ROLE", "") or "owner"
+    if role not in TEST_ROLES:
+        raise pytest.UsageError(f"PGFLEET_TEST_ROLE={role!r}: expected one of {TEST_ROLES}")
+    return role
+
+
 @pytest.fixture
 def dsn(template_db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A migrated database of this test's own, with an audit table."""
-    with pg.fresh_database(template_db) as url:
+    """A migrated database of this test's own, with an audit table. As the owner, or as
+    the runtime role with PGFLEET_TEST_ROLE=runtime."""
+    with pg.fresh_database(template_db) as owner_url:
+        url = pg.runtime_dsn(owner_url) if _test_role() == "runtime" else owner_url
         monkeypatch.setenv("PGFLEET_AUDIT_DSN", url)
         monkeypatch.setenv("PGFLEET_DATABASE_URL", url)
         yield url

@@ -34,6 +34,10 @@ def scrub(text: str, dsn: str | None) -> str:
     return text
 
 
+# Set to "transaction" when connections go through a transaction-mode pooler.
+POOLER_ENV = "PGFLEET_DATABASE_POOLER"
+
+
 def resolve_dsn(explicit: str | None = None) -> str | None:
     """The database URL: an explicit one, else PGFLEET_DATABASE_URL, else DATABASE_URL."""
     return explicit or os.environ.get("PGFLEET_DATABASE_URL") or os.environ.get("DATABASE_URL")
@@ -48,6 +52,10 @@ def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> psycopg.Conn
     kwargs.setdefault("keepalives_idle", 10)
     kwargs.setdefault("keepalives_interval", 5)
     kwargs.setdefault("keepalives_count", 3)
+    if os.environ.get(POOLER_ENV, "").lower() == "transaction":
+        # A transaction pooler (PgBouncer before 1.21) hands each transaction another
+        # server connection, where psycopg's prepared statements do not exist.
+        kwargs.setdefault("prepare_threshold", None)
     try:
         return psycopg.connect(dsn, autocommit=autocommit, **kwargs)
     except psycopg.OperationalError as exc:

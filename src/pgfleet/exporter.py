@@ -24,7 +24,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from pgfleet import __version__, metrics, metrics_files, migrations
 from pgfleet.config import Config, parse_listen
-from pgfleet.db import scrub
+from pgfleet.db import connect, scrub
+from pgfleet.errors import DatabaseUnavailable
 from pgfleet.liveness import Beacon
 
 log = logging.getLogger("pgfleet.exporter")
@@ -273,10 +274,14 @@ class Exporter:
     def _check_database(self) -> tuple[bool, str]:
         latest = migrations.latest_version()
         try:
-            with psycopg.connect(self.dsn, autocommit=True,
-                                 connect_timeout=READY_CONNECT_TIMEOUT) as conn:
-                conn.execute("SET statement_timeout = '2s'")
+            with connect(self.dsn, autocommit=False,
+                         connect_timeout=READY_CONNECT_TIMEOUT) as conn:
+                # Transaction-scoped, so a pooled server connection keeps no session state.
+                conn.execute("SET LOCAL statement_timeout = '2s'")
                 version = migrations.current_version(conn)
+                conn.rollback()
+        except DatabaseUnavailable as exc:
+            return False, f"database unavailable: {exc}"
         except psycopg.Error as exc:
             text = str(exc).strip()
             first = text.splitlines()[0] if text else type(exc).__name__

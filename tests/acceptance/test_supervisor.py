@@ -35,6 +35,7 @@ def test_sigkill_of_a_worker_mid_job(dsn: str, fleet: Callable[..., Fleet]) -> N
     job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 1.5})
     wait_for(lambda: started(dsn, job_id) == 1)
     os.kill(old, signal.SIGKILL)
+    wait_for(lambda: not alive(old))
     [new] = f.wait_workers(1)
     assert new != old
     wait_for(lambda: job(dsn, job_id)["state"] == "succeeded")
@@ -216,6 +217,7 @@ def test_json_logs_have_one_event_per_line(dsn: str, fleet: Callable[..., Fleet]
     f = fleet({"default": {"processes": 1}}, args=("--log-format", "json"))
     [old] = f.wait_workers(1)
     os.kill(old, signal.SIGKILL)
+    wait_for(lambda: not alive(old))
     f.wait_workers(1)
     f.signal(signal.SIGTERM)
     assert f.wait(30) == 0

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 import pgfleet
+from tests.support import pg
 from tests.support.cluster import Cluster
 from tests.support.workers import scalar, wait_for
 
@@ -65,24 +65,10 @@ def job_row(dsn: str, job_id: int) -> dict[str, Any]:
     return dict(zip(keys, row, strict=True))
 
 
-# The grants of a least-privilege runtime role (docs/reliability.md shows the same):
-# data access to pgfleet's tables, nothing that can change the schema.
-RUNTIME_GRANTS = """
-GRANT CONNECT ON DATABASE {db} TO {role};
-GRANT USAGE ON SCHEMA pgfleet TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA pgfleet TO {role};
-GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgfleet TO {role};
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgfleet TO {role};
-"""
-
-
 def create_runtime_role(cluster: Cluster, dbname: str, role: str,
                         password: str | None = None) -> None:
-    """A LOGIN role with no DDL rights (not superuser, not owner, no CREATE anywhere)."""
+    """A LOGIN role with no DDL rights (not superuser, not owner, no CREATE anywhere),
+    with the grants docs/reliability.md documents (tests.support.pg.RUNTIME_GRANTS)."""
     with cluster.admin(dbname) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE"
-                             " PASSWORD {}").format(sql.Identifier(role),
-                                                    sql.Literal(password)))
-        for statement in RUNTIME_GRANTS.strip().splitlines():
-            conn.execute(sql.SQL(statement).format(db=sql.Identifier(dbname),
-                                                   role=sql.Identifier(role)))
+        pg.ensure_role(conn, role, password)
+        pg.grant_runtime(conn, dbname, role, audit=False)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgfleet import migrations
@@ -46,6 +47,66 @@ CREATE TABLE IF NOT EXISTS audit (
     job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL, event text NOT NULL,
     at timestamptz NOT NULL DEFAULT clock_timestamp())
 """
+
+
+# The least-privilege runtime role (docs/reliability.md shows the same grants): data access
+# to pgfleet's tables, nothing that can change the schema. {db} and {role} are identifiers.
+RUNTIME_ROLE = "pgfleet_runtime"
+RUNTIME_GRANTS = """
+GRANT CONNECT ON DATABASE {db} TO {role};
+GRANT USAGE ON SCHEMA pgfleet TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA pgfleet TO {role};
+GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgfleet TO {role};
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgfleet TO {role};
+"""
+# The test tasks' audit table is the suite's, not pgfleet's: the runtime role may write it.
+AUDIT_GRANT = "GRANT SELECT, INSERT ON audit TO {role}"
+
+
+def ensure_role(conn: psycopg.Connection[Any], role: str,
+                password: str | None = None) -> None:
+    """Create `role` (cluster-wide, so once per server) as a LOGIN role with no superuser,
+    CREATEDB or CREATEROLE; if it exists, make sure it has exactly those attributes.
+    Several test runs may share the server: losing the race to create it is fine."""
+    attributes = sql.SQL("LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION"
+                         " NOBYPASSRLS PASSWORD {}").format(sql.Literal(password))
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    if not exists:
+        try:
+            conn.execute(sql.SQL("CREATE ROLE {} ").format(sql.Identifier(role)) + attributes)
+            return
+        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            pass  # created meanwhile by another run
+    conn.execute(sql.SQL("ALTER ROLE {} ").format(sql.Identifier(role)) + attributes)
+
+
+def grant_runtime(conn: psycopg.Connection[Any], dbname: str, role: str,
+                  audit: bool = True) -> None:
+    """Give `role` the documented runtime grants on the database `conn` is connected to
+    (as its owner)."""
+    ids = {"db": sql.Identifier(dbname), "role": sql.Identifier(role)}
+    statements = RUNTIME_GRANTS.strip().splitlines() + ([AUDIT_GRANT] if audit else [])
+    for statement in statements:
+        conn.execute(sql.SQL(statement).format(**ids))  # type: ignore[arg-type]
+
+
+_roles_ensured: set[tuple[Any, Any]] = set()
+
+
+def runtime_dsn(owner_dsn: str) -> str:
+    """The runtime role's DSN for the database of `owner_dsn`, after the role exists (once
+    per server) and has the grants on that database. Authentication is the server's: the
+    suite assumes trust on 127.0.0.1, as for the owner."""
+    params = conninfo_to_dict(owner_dsn)
+    server = (params.get("host"), params.get("port"))
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        if server not in _roles_ensured:
+            ensure_role(conn, RUNTIME_ROLE)
+            _roles_ensured.add(server)
+        grant_runtime(conn, str(params["dbname"]), RUNTIME_ROLE)
+    params.update(user=RUNTIME_ROLE)
+    params.pop("password", None)
+    return make_conninfo(**params)
 
 
 def make_template() -> str:
