@@ -168,14 +168,23 @@ def pgbench_ceiling(db: Database, n: int, batch: int, clients: int) -> dict[str,
 # ---- 2. enqueue ---------------------------------------------------------------------
 
 
-def enqueue_single(db: Database, seconds: float) -> float:
-    with db.connect(autocommit=True) as conn:
+def enqueue_single(db: Database, seconds: float, mode: str = "autocommit") -> float:
+    """One `pgfleet.enqueue` per call from one client. mode: "autocommit" (each enqueue
+    commits and waits for its WAL flush), "sync_off" (the same with the session's
+    synchronous_commit = off: the opt-in documented in docs/performance.md) or
+    "one_txn" (all calls in one transaction: the per-call cost without the commit)."""
+    with db.connect(autocommit=mode != "one_txn") as conn:
+        if mode == "sync_off":
+            conn.execute("SET synchronous_commit = off")
         count = 0
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
             pgfleet.enqueue(conn, "bench.noop", {}, queue="enqueue")
             count += 1
-        return count / (time.perf_counter() - start)
+        rate = count / (time.perf_counter() - start)
+        if mode == "one_txn":
+            conn.commit()
+        return rate
 
 
 def enqueue_bulk(db: Database, n: int) -> float:

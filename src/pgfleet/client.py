@@ -37,6 +37,14 @@ def _connection(target: ConnOrDsn) -> Iterator[psycopg.Connection[Any]]:
         yield target
 
 
+# One validated job, in the column order of store.enqueue_many: task, args JSON, queue,
+# priority, delay, run_at, max_attempts, unique_key. A tuple rather than a dict: a bulk
+# enqueue builds tens of thousands of them and transposes them with zip().
+Row = tuple[str, str, str, int, float, datetime | None, int, str | None]
+_JOB_FIELDS = frozenset({"task", "args", "queue", "priority", "delay", "run_at",
+                         "max_attempts", "unique_key"})
+
+
 def _row(
     task: str | Task,
     args: Mapping[str, Any] | None,
@@ -47,7 +55,7 @@ def _row(
     run_at: datetime | None,
     max_attempts: int | None,
     unique_key: str | None,
-) -> dict[str, Any]:
+) -> Row:
     """Validate one job's fields; raises PayloadError before anything is written."""
     if isinstance(task, Task):
         queue = task.queue if queue is None else queue
@@ -55,20 +63,20 @@ def _row(
         task = task.name
     if delay is not None and run_at is not None:
         raise PayloadError("run_at", "give either delay or run_at, not both")
-    return {
-        "task": payload.name("task", task),
-        "args_json": payload.args_json(args),
-        "queue": payload.name("queue", DEFAULT_QUEUE if queue is None else queue),
-        "priority": payload.bounded_int("priority", priority, payload.PRIORITY_RANGE),
-        "delay": payload.delay_seconds(delay) if delay is not None else 0.0,
-        "run_at": payload.run_at(run_at) if run_at is not None else None,
-        "max_attempts": payload.bounded_int(
+    return (
+        payload.name("task", task),
+        payload.args_json(args),
+        payload.name("queue", DEFAULT_QUEUE if queue is None else queue),
+        payload.bounded_int("priority", priority, payload.PRIORITY_RANGE),
+        payload.delay_seconds(delay) if delay is not None else 0.0,
+        payload.run_at(run_at) if run_at is not None else None,
+        payload.bounded_int(
             "max_attempts",
             DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
             payload.ATTEMPTS_RANGE,
         ),
-        "unique_key": payload.name("unique_key", unique_key) if unique_key is not None else None,
-    }
+        payload.name("unique_key", unique_key) if unique_key is not None else None,
+    )
 
 
 def enqueue(
@@ -92,11 +100,11 @@ def enqueue(
         task, args, queue=queue, priority=priority, delay=delay, run_at=run_at,
         max_attempts=max_attempts, unique_key=unique_key,
     )
+    task_name, args_json, queue_name, priority, delay_s, at, attempts, key = row
     with _connection(conn) as c:
         return store.enqueue(
-            c, task=row["task"], args_json=row["args_json"], queue=row["queue"],
-            priority=row["priority"], delay=row["delay"], run_at=row["run_at"],
-            max_attempts=row["max_attempts"], unique_key=row["unique_key"],
+            c, task=task_name, args_json=args_json, queue=queue_name, priority=priority,
+            delay=delay_s, run_at=at, max_attempts=attempts, unique_key=key,
         )
 
 
@@ -107,24 +115,23 @@ def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int
     `run_at`, `max_attempts` and `unique_key`. Every job is validated before the first
     row is sent, so a bad one leaves nothing behind.
     """
-    rows = []
+    rows: list[Row] = []
+    append = rows.append
     for index, job in enumerate(jobs):
-        unknown = set(job) - {"task", "args", "queue", "priority", "delay", "run_at",
-                              "max_attempts", "unique_key"}
-        if unknown:
+        if not job.keys() <= _JOB_FIELDS:
+            unknown = set(job) - _JOB_FIELDS
             raise PayloadError(f"jobs[{index}]", f"unknown field(s) {sorted(unknown)}")
+        get = job.get
         try:
-            row = _row(
-                job["task"], job.get("args"), queue=job.get("queue"),
-                priority=job.get("priority", 0), delay=job.get("delay"),
-                run_at=job.get("run_at"), max_attempts=job.get("max_attempts"),
-                unique_key=job.get("unique_key"),
-            )
+            append(_row(
+                job["task"], get("args"), queue=get("queue"), priority=get("priority", 0),
+                delay=get("delay"), run_at=get("run_at"), max_attempts=get("max_attempts"),
+                unique_key=get("unique_key"),
+            ))
         except KeyError:
             raise PayloadError(f"jobs[{index}].task", "is missing") from None
         except PayloadError as exc:
             raise PayloadError(f"jobs[{index}].{exc.field}", exc.problem) from None
-        rows.append(row)
     ids: list[int] = []
     with _connection(conn) as c:
         for start in range(0, len(rows), BULK_CHUNK):

@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -83,6 +84,27 @@ def _keys_are_text(value: dict[str, Any]) -> bool:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+def _c_encoder() -> Callable[[Any], str]:
+    """`_ENCODER.encode` without its per-call Python layer (~1 us of a 2.5 us row in a
+    bulk enqueue): CPython's C encoder with the same settings, called directly. No
+    circular-reference markers: `_keys_are_text` has already refused anything nested
+    deeper than MAX_DEPTH, which includes every cycle."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # another Python implementation: the public path
+        return _ENCODER.encode
+    encode = make(None, _ENCODER.default, json.encoder.encode_basestring, None,
+                  _ENCODER.key_separator, _ENCODER.item_separator, False, False, False)
+    join = "".join
+
+    def fast(value: Any) -> str:
+        return join(encode(value, 0))
+
+    return fast
+
+
+_encode = _c_encoder()
+
+
 def _fast_json(args: dict[str, Any]) -> str | None:
     """JSON text of args, or None if anything looks wrong; then the slow walk finds what.
 
@@ -94,7 +116,7 @@ def _fast_json(args: dict[str, Any]) -> str | None:
     try:
         if not _keys_are_text(args):
             return None
-        text = _ENCODER.encode(args)
+        text = _encode(args)
         text.encode("utf-8")
     except (TypeError, ValueError, RecursionError):
         return None

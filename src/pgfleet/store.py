@@ -70,32 +70,33 @@ def enqueue(
     return int(row[0])
 
 
-def enqueue_many(conn: Conn, rows: Sequence[dict[str, Any]]) -> list[int]:
+def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     """Insert rows in one statement; returns ids in input order (existing ids for keys
-    an unfinished job already holds)."""
+    an unfinished job already holds).
+
+    Each row is (task, args JSON, queue, priority, delay, run_at, max_attempts,
+    unique_key), as client._row makes it."""
+    if not rows:
+        return []
+    tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys = (
+        list(column) for column in zip(*rows, strict=True))
     params = {
-        "queues": [r["queue"] for r in rows],
-        "tasks": [r["task"] for r in rows],
-        "args": [r["args_json"] for r in rows],
-        "priorities": [r["priority"] for r in rows],
-        "run_ats": [r["run_at"] for r in rows],
-        "delays": [r["delay"] for r in rows],
-        "max_attempts": [r["max_attempts"] for r in rows],
-        "unique_keys": [r["unique_key"] for r in rows],
+        "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
+        "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
+        "unique_keys": unique_keys,
     }
     inserted = conn.execute(q("enqueue_many"), params).fetchall()
+    if not any(unique_keys):
+        # RETURNING follows the insertion order, which follows ORDER BY ord.
+        return [row[0] for row in inserted]
     keyless = [row[0] for row in inserted if row[1] is None]
     by_key = {row[1]: row[0] for row in inserted if row[1] is not None}
-    missing = [r["unique_key"] for r in rows if r["unique_key"] and r["unique_key"] not in by_key]
+    missing = [key for key in unique_keys if key and key not in by_key]
     if missing:
         found = conn.execute(q("existing_by_unique_key"), {"unique_keys": missing}).fetchall()
         by_key.update({key: job_id for key, job_id in found})
-    # RETURNING follows the insertion order, which follows ORDER BY ord.
     keyless_iter = iter(keyless)
-    ids = []
-    for r in rows:
-        ids.append(by_key[r["unique_key"]] if r["unique_key"] else next(keyless_iter))
-    return ids
+    return [by_key[key] if key else next(keyless_iter) for key in unique_keys]
 
 
 def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float) -> list[ClaimedJob]:

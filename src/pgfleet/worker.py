@@ -201,6 +201,12 @@ class Worker:
                  self.s.worker_id, self.s.queue, self.s.threads, self.s.notify)
         try:
             self._loop()
+        except BaseException:
+            # An unexpected error: the job threads may still be running, so nothing is
+            # given back with its attempt refunded. The process exits; the supervisor's
+            # rescue (or the lease expiry) returns the jobs with the attempt counted.
+            self.abandoned = True
+            raise
         finally:
             metrics.workers.labels(self.s.queue).dec()
             self._shutdown()
@@ -318,17 +324,26 @@ class Worker:
     def _free_slots(self) -> int:
         return self.s.threads + self.s.prefetch - len(self.running)
 
-    def _claim(self) -> None:
-        assert self.conn is not None
-        limit = self._free_slots()
-        jobs = store.claim(
-            self.conn, queue=self.s.queue, limit=limit, worker=self.s.worker_id,
-            lease=self.s.lease,
-        )
+    def _claim(self, claimed: tuple[list[store.ClaimedJob], int] | None = None) -> None:
+        """Claim up to the free slots and hand the jobs out. `claimed` is (jobs, limit)
+        when _flush already claimed them in the transaction of its completions."""
+        if claimed is None:
+            assert self.conn is not None
+            limit = self._free_slots()
+            jobs = store.claim(
+                self.conn, queue=self.s.queue, limit=limit, worker=self.s.worker_id,
+                lease=self.s.lease,
+            )
+        else:
+            jobs, limit = claimed
         # A full batch suggests more are waiting: claim again as soon as a slot frees.
         self.claim_due = len(jobs) == limit
         self.next_poll = time.monotonic() + self.s.poll_interval
-        started = Counter(self._dispatch(job) for job in jobs)
+        if not jobs:
+            return
+        started: Counter[str] = Counter()
+        for job in jobs:
+            started[self._dispatch(job)] += 1
         for label, count in started.items():
             self._metric(metrics.jobs_started, self.s.queue, label).inc(count)
 
@@ -369,14 +384,39 @@ class Worker:
 
     def _flush(self) -> None:
         """Commit every collected outcome in at most two statements; a job's slot is freed
-        only once its outcome is committed."""
+        only once its outcome is committed.
+
+        When the main loop would claim right after, the claim joins the completions'
+        transaction: one commit (one WAL flush) instead of two per batch. Not while
+        stopping or recycling, and not for a batch with a timed-out job (the abandon path
+        flushes one just before the process exits and must not take new work), nor when
+        the batch brings the worker to max_jobs."""
         if not self.pending or self.conn is None:
             return
         batch = self.pending
         successes = [(o.running.job.id, o.running.job.attempt) for o in batch if o.error is None]
         failures = [self._failure(o) for o in batch if o.error is not None]
-        held = store.complete_succeeded(self.conn, worker=self.s.worker_id, done=successes)
-        states = store.complete_failed(self.conn, worker=self.s.worker_id, failures=failures)
+        limit = self._free_slots() + len(batch)  # every outcome of the batch frees a slot
+        claim = (
+            limit > 0 and self.stop_mode is None and not self.recycle_reason
+            and (self.claim_due or time.monotonic() >= self.next_poll)
+            and not any(o.timed_out for o in batch)
+            # this batch would reach max_jobs: the worker recycles instead of claiming
+            and (self.job_limit is None or self.jobs_done + len(batch) < self.job_limit)
+        )
+        jobs: list[store.ClaimedJob] = []
+        if claim:
+            with self.conn.transaction():
+                held = store.complete_succeeded(self.conn, worker=self.s.worker_id,
+                                                done=successes)
+                states = store.complete_failed(self.conn, worker=self.s.worker_id,
+                                               failures=failures)
+                jobs = store.claim(self.conn, queue=self.s.queue, limit=limit,
+                                   worker=self.s.worker_id, lease=self.s.lease)
+        else:
+            held = store.complete_succeeded(self.conn, worker=self.s.worker_id, done=successes)
+            states = store.complete_failed(self.conn, worker=self.s.worker_id,
+                                           failures=failures)
         self.pending = []
         # Counters move once per batch and label set: at high load a flush serves dozens
         # of jobs, and each metric update takes a lock and a file write.
@@ -386,6 +426,10 @@ class Worker:
                 counts[key] += 1
         for (metric, labels), count in counts.items():
             self._metric(metric, *labels).inc(count)
+        if claim:
+            # After the accounting: a failed job requeued without delay can come back in
+            # this very claim, under the same id.
+            self._claim((jobs, limit))
         if self.recycle_reason and not self.running:
             self.wake.set()  # recycle now rather than after the next wait
 
@@ -431,13 +475,17 @@ class Worker:
     # ---- executing -----------------------------------------------------------------------
 
     def _executor(self) -> None:
+        get, put, wake = self.todo.get, self.outcomes.put, self.wake
         while True:
             try:
-                running = self.todo.get()
+                running = get()
                 if running is None:
                     return
-                self.outcomes.put(self._execute(running))
-                self.wake.set()
+                put(self._execute(running))
+                # Already set means the main loop has not cleared it yet, so it collects
+                # this outcome in its next pass: skip Event.set's lock and notify_all.
+                if not wake.is_set():
+                    wake.set()
             except (JobTimeout, LeaseLost):
                 # An interrupt that landed just after its job had ended: nothing to do.
                 continue

@@ -11,12 +11,13 @@ SELECT pgfleet.enqueue(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
 
 -- name: enqueue_many
 -- Rows whose unique key an unfinished job already holds are skipped here and looked up
--- afterwards with existing_by_unique_key.
+-- afterwards with existing_by_unique_key. The arrays travel in binary (the b placeholders):
+-- eight text arrays of thousands of elements took a third of the statement's time.
 INSERT INTO pgfleet.jobs (queue, task, args, priority, run_at, max_attempts, unique_key)
 SELECT q, t, a::jsonb, p, coalesce(r, now() + make_interval(secs => d)), m, u
-  FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(args)s::text[], %(priorities)s::int[],
-              %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[],
-              %(unique_keys)s::text[])
+  FROM unnest(%(queues)b::text[], %(tasks)b::text[], %(args)b::text[], %(priorities)b::int[],
+              %(run_ats)b::timestamptz[], %(delays)b::float8[], %(max_attempts)b::int[],
+              %(unique_keys)b::text[])
        WITH ORDINALITY AS x(q, t, a, p, r, d, m, u, ord)
  ORDER BY ord
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')

@@ -1,0 +1,213 @@
+"""Component measurements behind docs/performance.md ("Changes and their measured effect").
+
+    python -m bench.probes bulk      # enqueue_many: validation and INSERT variants
+    python -m bench.probes single    # single enqueue: autocommit, sync off, one transaction
+    python -m bench.probes loop      # claim + complete protocol: autocommit vs one transaction
+    python -m bench.probes ab-drain --baseline-src /path/to/old/src   # drain, old vs new code
+
+`ab-drain` alternates `pgfleet run` from the working tree and from another source tree
+(e.g. `git worktree add /tmp/old HEAD~1` then `--baseline-src /tmp/old/src`), so both see
+the same machine noise; it prints the per-round ratio new/old. Each probe uses a database
+of its own, created and dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+import pgfleet
+from bench import common
+from bench import scenarios as sc
+from bench.common import Database
+from pgfleet import client, store
+
+N_BULK = 50_000
+
+
+def _report(results: dict[str, list[float]], unit: str) -> None:
+    for name, values in results.items():
+        runs = ", ".join(f"{v:,.0f}" for v in values)
+        print(f"{name:34s} {statistics.median(values):>12,.0f} {unit}   [{runs}]")
+
+
+def _timed_insert(db: Database, sql: bytes, params: Callable[[list[Any]], dict[str, Any]],
+                  rows: list[Any], chunk: int = client.BULK_CHUNK) -> float:
+    db.reset()
+    with db.connect(autocommit=False) as conn:
+        start = time.perf_counter()
+        for first in range(0, len(rows), chunk):
+            conn.execute(sql, params(rows[first : first + chunk])).fetchall()
+        conn.commit()
+        return (time.perf_counter() - start) * 1000
+
+
+def bulk(db: Database, runs: int) -> None:
+    jobs = [{"task": "bench.noop", "args": {"i": i}, "queue": "enqueue"} for i in range(N_BULK)]
+    sql = store.q("enqueue_many")
+    text_sql = sql.replace(b")b::", b")s::")  # the same statement with text-format arrays
+
+    def columns(rows: list[Any]) -> dict[str, Any]:
+        names = ("tasks", "args", "queues", "priorities", "delays", "run_ats",
+                 "max_attempts", "unique_keys")
+        return {n: list(c) for n, c in zip(names, zip(*rows, strict=True), strict=True)}
+
+    out: dict[str, list[float]] = {}
+    for _ in range(runs):
+        start = time.perf_counter()
+        rows = [client._row(j["task"], j["args"], queue=j["queue"], priority=0, delay=None,
+                            run_at=None, max_attempts=None, unique_key=None) for j in jobs]
+        out.setdefault("validation (ms)", []).append((time.perf_counter() - start) * 1000)
+        out.setdefault("INSERT, binary arrays (ms)", []).append(
+            _timed_insert(db, sql, columns, rows))
+        out.setdefault("INSERT, text arrays (ms)", []).append(
+            _timed_insert(db, text_sql, columns, rows))
+        db.reset()
+        with db.connect(autocommit=False) as conn:
+            start = time.perf_counter()
+            with conn.cursor().copy("COPY pgfleet.jobs (task, args, queue, priority,"
+                                    " max_attempts) FROM STDIN") as copy:
+                for r in rows:
+                    copy.write_row((r[0], r[1], r[2], r[3], r[6]))
+            conn.commit()
+            out.setdefault("COPY without ids (ms)", []).append(
+                (time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            conn.execute("SELECT nextval(pg_get_serial_sequence('pgfleet.jobs', 'id'))"
+                         " FROM generate_series(1, %s)", (N_BULK,)).fetchall()
+            out.setdefault("preallocating ids with nextval (ms)", []).append(
+                (time.perf_counter() - start) * 1000)
+        db.reset()
+        with db.connect(autocommit=False) as conn:
+            start = time.perf_counter()
+            pgfleet.enqueue_many(conn, jobs)
+            conn.commit()
+            out.setdefault("enqueue_many end to end (rows/s)", []).append(
+                N_BULK / (time.perf_counter() - start))
+    _report(out, "")
+
+
+def single(db: Database, runs: int) -> None:
+    out: dict[str, list[float]] = {}
+    for _ in range(runs):
+        for mode in ("autocommit", "sync_off", "one_txn"):
+            out.setdefault(f"enqueue {mode} (jobs/s)", []).append(
+                sc.enqueue_single(db, 2.0, mode))
+        with db.connect() as conn:
+            start, count = time.perf_counter(), 0
+            while time.perf_counter() - start < 1.0:
+                conn.execute("SELECT 1").fetchone()
+                count += 1
+            out.setdefault("SELECT 1 round trips (/s)", []).append(
+                count / (time.perf_counter() - start))
+    _report(out, "")
+
+
+def _loop(db: Database, n: int, batch: int, mode: str) -> float:
+    db.reset()
+    db.insert_jobs(n + batch)
+    db.vacuum()
+    claim, complete = store.q("claim"), store.q("complete_succeeded")
+    params: dict[str, Any] = {"queue": "default", "limit": batch, "worker": "probe",
+                              "lease": 60.0}
+    done, held = 0, []
+    with db.connect() as conn:
+        if mode == "sync_off":
+            conn.execute("SET synchronous_commit = off")
+        start = time.perf_counter()
+        while done < n:
+            finish = {"worker": "probe", "ids": [h[0] for h in held],
+                      "attempts": [h[1] for h in held]}
+            if mode == "one_txn":
+                with conn.transaction():
+                    if held:
+                        done += len(conn.execute(complete, finish).fetchall())
+                    rows = conn.execute(claim, params).fetchall()
+            else:
+                if held:
+                    done += len(conn.execute(complete, finish).fetchall())
+                rows = conn.execute(claim, params).fetchall()
+            held = [(r[0], r[3]) for r in rows]
+        return done / (time.perf_counter() - start)
+
+
+def loop(db: Database, runs: int) -> None:
+    out: dict[str, list[float]] = {}
+    for _ in range(runs):
+        for mode in ("autocommit", "one_txn", "sync_off"):
+            out.setdefault(f"claim 16 + complete, {mode} (jobs/s)", []).append(
+                _loop(db, 30_000, 16, mode))
+    _report(out, "")
+
+
+def ab_drain(db: Database, runs: int, baseline_src: str) -> None:
+    original = common.Supervisor.start
+    source = {"tree": ""}
+
+    def start(self: common.Supervisor, timeout: float = 60.0) -> None:
+        path = str(common.BENCH_DIR.parent)
+        if source["tree"]:
+            path = f"{source['tree']}:{path}"
+        env = dict(os.environ, PGFLEET_DATABASE_URL=self.db.dsn, BENCH_DSN=self.db.dsn,
+                   PYTHONPATH=path)
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen(["pgfleet", "run", "-c", str(self.config)], env=env,
+                                         stdout=out, stderr=subprocess.STDOUT)
+        self.wait_workers(timeout)
+
+    common.Supervisor.start = start  # type: ignore[method-assign]
+    out: dict[str, list[float]] = {"old (jobs/s)": [], "new (jobs/s)": [], "new/old": []}
+    try:
+        for index in range(runs):
+            rates = {}
+            for tree in (baseline_src, "") if index % 2 == 0 else ("", baseline_src):
+                source["tree"] = tree
+                rates[tree] = sc.drain_pgfleet(db, 50_000)["jobs_per_s"]
+            out["old (jobs/s)"].append(rates[baseline_src])
+            out["new (jobs/s)"].append(rates[""])
+            out["new/old"].append(rates[""] / rates[baseline_src])
+            common.log(f"round {index + 1}: old {rates[baseline_src]:,.0f}, "
+                       f"new {rates['']:,.0f} jobs/s")
+    finally:
+        common.Supervisor.start = original  # type: ignore[method-assign]
+    print("new/old per round:", [round(r, 3) for r in out["new/old"]],
+          "median", round(statistics.median(out["new/old"]), 3))
+    _report({k: v for k, v in out.items() if k != "new/old"}, "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("probe", choices=("bulk", "single", "loop", "ab-drain"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--baseline-src", help="for ab-drain: the old code's src directory")
+    args = parser.parse_args()
+    if args.probe == "ab-drain" and not args.baseline_src:
+        parser.error("ab-drain needs --baseline-src")
+    db = Database()
+    db.name = f"pgfleet_probe_{os.getpid()}"
+    db.dsn = common.with_db(common.SERVER, db.name)
+    db.create()
+    try:
+        if args.probe == "bulk":
+            bulk(db, args.runs)
+        elif args.probe == "single":
+            single(db, args.runs)
+        elif args.probe == "loop":
+            loop(db, args.runs)
+        else:
+            ab_drain(db, args.runs, args.baseline_src)
+    except psycopg.Error as exc:
+        raise SystemExit(f"probe failed: {exc}") from None
+    finally:
+        db.drop()
+
+
+if __name__ == "__main__":
+    main()
