@@ -319,14 +319,18 @@ def report(problems: list[str], warnings: list[str]) -> None:
         sys.exit(EXIT_USAGE)
 
 
+# The -c option of every command that reads pgfleet.yaml.
+config_option = click.option("-c", "--config", "path", required=True,
+                             type=click.Path(dir_okay=False), help="The pgfleet.yaml file.")
+
+
 def config_dsn(config: Config) -> str | None:
     root = click.get_current_context().find_root().obj
     return root.get("explicit_dsn") or config.database_url or root.get("dsn")
 
 
 @cli.command()
-@click.option("-c", "--config", "path", required=True, type=click.Path(dir_okay=False),
-              help="The pgfleet.yaml file.")
+@config_option
 @friendly
 def check(path: str) -> None:
     """Validate a config file as `run` would, and check the connection budget."""
@@ -365,8 +369,7 @@ def config_schema() -> None:
 
 
 @cli.command()
-@click.option("-c", "--config", "path", required=True, type=click.Path(dir_okay=False),
-              help="The pgfleet.yaml file.")
+@config_option
 @friendly
 def run(path: str) -> None:
     """Run the supervisor of this host: workers, maintenance, scheduler, exporter."""

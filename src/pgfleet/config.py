@@ -159,6 +159,17 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 # ------------------------------------------------------------------------ models
 
 
+def _check_max_not_below_initial(title: str, initial: float, maximum: float) -> None:
+    if maximum < initial:
+        _relation_error(
+            title,
+            ("max",),
+            f"max ({format_duration(maximum)}) must be at least initial "
+            f"({format_duration(initial)})",
+            maximum,
+        )
+
+
 class Backoff(BaseModel):
     """Delay before retrying a failed job: initial * factor**(attempt-1), capped, jittered."""
 
@@ -173,14 +184,7 @@ class Backoff(BaseModel):
 
     @model_validator(mode="after")
     def _max_not_below_initial(self) -> Backoff:
-        if self.max < self.initial:
-            _relation_error(
-                "Backoff",
-                ("max",),
-                f"max ({format_duration(self.max)}) must be at least initial "
-                f"({format_duration(self.initial)})",
-                self.max,
-            )
+        _check_max_not_below_initial("Backoff", self.initial, self.max)
         return self
 
 
@@ -194,14 +198,7 @@ class RestartBackoff(BaseModel):
 
     @model_validator(mode="after")
     def _max_not_below_initial(self) -> RestartBackoff:
-        if self.max < self.initial:
-            _relation_error(
-                "RestartBackoff",
-                ("max",),
-                f"max ({format_duration(self.max)}) must be at least initial "
-                f"({format_duration(self.initial)})",
-                self.max,
-            )
+        _check_max_not_below_initial("RestartBackoff", self.initial, self.max)
         return self
 
 
