@@ -1,7 +1,7 @@
 """Soak: a large batch of jobs while workers are SIGKILLed at random and the database is
 restarted once (a crash restart). The books balance; the second runs are reported.
 
-Scaled to this machine: SOAK_JOBS (default 30,000) keeps the test well under a minute."""
+Scaled to this machine: SOAK_JOBS (default 100,000, as the issue asks) runs in about 40 s here."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.faults
 
-JOBS = int(os.environ.get("SOAK_JOBS", "30000"))
+JOBS = int(os.environ.get("SOAK_JOBS", "100000"))
 # stale_after leaves room for a worker waiting out its reconnect backoff (up to 10 s).
 LIVENESS = {"heartbeat_interval": "0.5s", "stale_after": "12s", "lease": "15s"}
 
