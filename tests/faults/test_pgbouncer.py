@@ -148,9 +148,9 @@ def test_notify_on_behind_a_transaction_pooler_still_runs_jobs(
     assert result.states == {"succeeded": len(ids)}
     log = f.log()
     assert "Traceback" not in log and " exited:" not in log, log[-3000:]
-    # The evidence that LISTEN did not work: PgBouncer dropped the notifications that
-    # reached a server connection no client was linked to.
-    assert "got packet 'A' from server when not linked" in bouncer.log()
+    # Whether a notification reaches a server connection no client is linked to (PgBouncer
+    # then logs "got packet 'A' from server when not linked") depends on timing, so it is
+    # not asserted: what matters is that every job ran.
 
 
 def timed_failure(dsn: str, *argv: str) -> tuple[str, float]:
