@@ -334,6 +334,16 @@ def explain_claim(db: Database) -> dict[str, Any]:
             "indexes": index_names}
 
 
+def _fresh_windows(db: Database, baseline: int, window: int, runs: int) -> list[float]:
+    """`runs` drains, each of `baseline` freshly inserted jobs (measured over `window`)."""
+    rates = []
+    for _ in range(runs):
+        db.insert_jobs(baseline)
+        db.vacuum()
+        rates.append(_window(db, min(window, baseline)))
+    return rates
+
+
 def scale(db: Database, window: int, baseline: int, backlog: int, history: int,
           runs: int) -> dict[str, Any]:
     db.reset()
@@ -342,12 +352,7 @@ def scale(db: Database, window: int, baseline: int, backlog: int, history: int,
     result: dict[str, Any] = {"window_jobs": window, "baseline_waiting": baseline,
                               "backlog_waiting": backlog, "history_finished": history}
     with supervisor(db, config, 2):
-        base = []
-        for _ in range(runs):
-            db.insert_jobs(baseline)
-            db.vacuum()
-            base.append(_window(db, min(window, baseline)))
-        result["baseline_jobs_per_s"] = base
+        result["baseline_jobs_per_s"] = _fresh_windows(db, baseline, window, runs)
         result["explain_baseline"] = explain_claim(db)
         result["maintenance_queries_ms_baseline"] = explain_named(db, MAINTENANCE_QUERIES)
         log(f"scale: inserting {backlog:,} waiting jobs")
@@ -361,12 +366,7 @@ def scale(db: Database, window: int, baseline: int, backlog: int, history: int,
         with db.connect() as conn:
             conn.execute("TRUNCATE pgfleet.jobs")
         db.insert_jobs(history, state="succeeded")
-        hist = []
-        for _ in range(runs):
-            db.insert_jobs(baseline)
-            db.vacuum()
-            hist.append(_window(db, min(window, baseline)))
-        result["history_jobs_per_s"] = hist
+        result["history_jobs_per_s"] = _fresh_windows(db, baseline, window, runs)
         result["explain_history"] = explain_claim(db)
         result["maintenance_queries_ms_history"] = explain_named(db, MAINTENANCE_QUERIES)
     return result

@@ -324,18 +324,18 @@ class Worker:
     def _free_slots(self) -> int:
         return self.s.threads + self.s.prefetch - len(self.running)
 
-    def _claim(self, claimed: tuple[list[store.ClaimedJob], int] | None = None) -> None:
-        """Claim up to the free slots and hand the jobs out. `claimed` is (jobs, limit)
-        when _flush already claimed them in the transaction of its completions."""
-        if claimed is None:
-            assert self.conn is not None
-            limit = self._free_slots()
-            jobs = store.claim(
-                self.conn, queue=self.s.queue, limit=limit, worker=self.s.worker_id,
-                lease=self.s.lease,
-            )
-        else:
-            jobs, limit = claimed
+    def _claim(self) -> None:
+        assert self.conn is not None
+        limit = self._free_slots()
+        jobs = store.claim(
+            self.conn, queue=self.s.queue, limit=limit, worker=self.s.worker_id,
+            lease=self.s.lease,
+        )
+        self._hand_out(jobs, limit)
+
+    def _hand_out(self, jobs: list[store.ClaimedJob], limit: int) -> None:
+        """Give claimed jobs to the executor threads (from _claim, or from _flush when the
+        claim shared the completions' transaction)."""
         # A full batch suggests more are waiting: claim again as soon as a slot frees.
         self.claim_due = len(jobs) == limit
         self.next_poll = time.monotonic() + self.s.poll_interval
@@ -429,7 +429,7 @@ class Worker:
         if claim:
             # After the accounting: a failed job requeued without delay can come back in
             # this very claim, under the same id.
-            self._claim((jobs, limit))
+            self._hand_out(jobs, limit)
         if self.recycle_reason and not self.running:
             self.wake.set()  # recycle now rather than after the next wait
 
