@@ -5,32 +5,70 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
+from urllib.parse import unquote
 
 import psycopg
 
 from pgfleet.errors import DatabaseUnavailable
 
-_URL_PASSWORD = re.compile(r"(?P<head>^[a-z][a-z0-9+.-]*://[^:/@?#]*:)(?P<pw>[^@]*)(?=@)", re.I)
-_KV_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S+)", re.I)
-_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<pw>[^&#]*)", re.I)
+# A URL's password runs from the first ":" of the user part to the LAST "@": an unencoded
+# "@", ":", "/" or "?" in a password must not end it early and leak its tail. When the text
+# is ambiguous (no password but an "@" further on) more is hidden, never less.
+_URL = re.compile(r"\s*[a-z][a-z0-9+.-]*://", re.I)
+_URL_PASSWORD = re.compile(r"\s*[a-z][a-z0-9+.-]*://[^:@]*:(?P<pw>.*)@", re.I | re.S)
+_QUERY_PASSWORD = re.compile(r"[?&]password=(?P<pw>[^&]*)", re.I)
+# key=value conninfo as libpq reads it: a value is single-quoted, or runs to whitespace;
+# a backslash escapes the next character in both.
+_KV_PASSWORD = re.compile(
+    r"(?<![\w.])password\s*=\s*(?P<pw>'(?:[^'\\]|\\.)*(?:'|$)|(?:\\.|[^\s\\])+)",
+    re.I | re.S,
+)
+_KV_ESCAPE = re.compile(r"\\(.)", re.S)
+
+
+def _password_spans(dsn: str) -> list[tuple[int, int]]:
+    """Where passwords stand in `dsn`, overlapping matches merged, in order."""
+    if _URL.match(dsn):
+        matches = [*_URL_PASSWORD.finditer(dsn), *_QUERY_PASSWORD.finditer(dsn)]
+    else:
+        matches = list(_KV_PASSWORD.finditer(dsn))
+    spans: list[tuple[int, int]] = []
+    for start, end in sorted(match.span("pw") for match in matches):
+        if spans and start <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+        elif end > start:
+            spans.append((start, end))
+    return spans
 
 
 def redact_dsn(dsn: str) -> str:
-    """The DSN with any password replaced by ***, for logs, errors and process titles."""
-    dsn = _URL_PASSWORD.sub(r"\g<head>***", dsn)
-    dsn = _QUERY_PASSWORD.sub(r"\g<head>***", dsn)
-    return _KV_PASSWORD.sub(r"\g<head>***", dsn)
+    """The DSN with any password replaced by ***, for logs, errors and process titles.
+
+    Both forms: ``postgresql://user:password@host/db?password=...`` and libpq's
+    ``key=value`` conninfo (quoted values, backslash escapes)."""
+    for start, end in reversed(_password_spans(dsn)):
+        dsn = dsn[:start] + "***" + dsn[end:]
+    return dsn
+
+
+def dsn_passwords(dsn: str) -> list[str]:
+    """The passwords in `dsn` as written and as the server sees them (decoded), longest first."""
+    secrets: set[str] = set()
+    for start, end in _password_spans(dsn):
+        written = dsn[start:end]
+        secrets.add(written)
+        if _URL.match(dsn):
+            secrets.add(unquote(written))
+        else:
+            quoted = len(written) > 1 and written.startswith("'") and written.endswith("'")
+            secrets.add(_KV_ESCAPE.sub(r"\1", written[1:-1] if quoted else written.lstrip("'")))
+    return sorted((secret for secret in secrets if secret), key=len, reverse=True)
 
 
 def scrub(text: str, dsn: str | None) -> str:
     """Remove the password of `dsn` from an arbitrary message (a driver error, say)."""
-    if not dsn:
-        return text
-    for pattern in (_URL_PASSWORD, _QUERY_PASSWORD, _KV_PASSWORD):
-        for match in pattern.finditer(dsn):
-            secret = match["pw"].strip("'")
-            if secret:
-                text = text.replace(secret, "***")
+    for secret in dsn_passwords(dsn) if dsn else []:
+        text = text.replace(secret, "***")
     return text
 
 

@@ -14,7 +14,6 @@ from pgfleet.config import (
     config_json_schema,
     load_config,
     parse_config_text,
-    redact_dsn,
 )
 from pgfleet.durations import format_duration, parse_duration, parse_size
 
@@ -471,24 +470,6 @@ def test_e8_password_never_in_errors() -> None:
         {"URL": "postgresql://app:s3cr3t@db/app"},
     )
     assert "s3cr3t" not in "\n".join(errors)
-
-
-@pytest.mark.parametrize(
-    ("dsn", "redacted"),
-    [
-        ("postgresql://u:pw@h/db", "postgresql://u:***@h/db"),
-        ("postgres://u:p@ss@h:5432/db", "postgres://u:***@h:5432/db"),
-        (
-            "postgresql://u@h/db?password=pw&sslmode=require",
-            "postgresql://u@h/db?password=***&sslmode=require",
-        ),
-        ("host=h password=pw dbname=x", "host=h password=*** dbname=x"),
-        ("host=h password = 'p w\\'x' dbname=x", "host=h password = *** dbname=x"),
-        ("postgresql://h/db", "postgresql://h/db"),
-    ],
-)
-def test_redact_dsn(dsn: str, redacted: str) -> None:
-    assert redact_dsn(dsn) == redacted
 
 
 # ---------------------------------------------------------- E9 size and aliases
