@@ -1,0 +1,33 @@
+"""The configuration file pgfleet.yaml: models (models.py), the YAML source (yaml_source.py),
+the messages a wrong file gets (messages.py) and loading them together (loading.py)."""
+
+from pgfleet.config.fields import parse_listen
+from pgfleet.config.loading import load_config, parse_config_text
+from pgfleet.config.messages import ConfigError
+from pgfleet.config.models import (
+    Backoff,
+    Config,
+    Maintenance,
+    Metrics,
+    QueueConfig,
+    RestartBackoff,
+    Schedule,
+    Supervisor,
+    config_json_schema,
+)
+
+__all__ = [
+    "Backoff",
+    "Config",
+    "ConfigError",
+    "Maintenance",
+    "Metrics",
+    "QueueConfig",
+    "RestartBackoff",
+    "Schedule",
+    "Supervisor",
+    "config_json_schema",
+    "load_config",
+    "parse_config_text",
+    "parse_listen",
+]

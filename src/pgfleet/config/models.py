@@ -1,0 +1,313 @@
+"""The configuration models: what each key of pgfleet.yaml means, its default, and the
+relations between keys that must hold. Their field defaults are pgfleet's defaults."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
+
+from pgfleet.config.fields import (
+    FROZEN,
+    Duration,
+    Float,
+    Int,
+    MiB,
+    ModuleName,
+    Name,
+    PositiveDuration,
+    Size,
+    parse_listen,
+    relation_error,
+)
+from pgfleet.config.messages import KeyPath, dotted, line_for
+from pgfleet.cron import CronError, validate_cron, validate_timezone
+from pgfleet.durations import format_duration
+
+
+def _check_max_not_below_initial(title: str, initial: float, maximum: float) -> None:
+    if maximum < initial:
+        relation_error(
+            title,
+            ("max",),
+            f"max ({format_duration(maximum)}) must be at least initial "
+            f"({format_duration(initial)})",
+            maximum,
+        )
+
+
+class Backoff(BaseModel):
+    """Delay before retrying a failed job: initial * factor**(attempt-1), capped, jittered."""
+
+    model_config = FROZEN
+
+    initial: PositiveDuration = Field(default=1.0, description="Delay before the first retry.")
+    max: PositiveDuration = Field(default=3600.0, description="Upper bound of any retry delay.")
+    factor: Float = Field(default=2.0, ge=1, le=100, description="Growth of the delay per attempt.")
+    jitter: Float = Field(
+        default=0.2, ge=0, le=1, description="Random spread as a fraction of the delay (0 to 1)."
+    )
+
+    @model_validator(mode="after")
+    def _max_not_below_initial(self) -> Backoff:
+        _check_max_not_below_initial("Backoff", self.initial, self.max)
+        return self
+
+
+class RestartBackoff(BaseModel):
+    """Delay before restarting a worker that died, doubling per failure up to `max`."""
+
+    model_config = FROZEN
+
+    initial: PositiveDuration = Field(default=0.5, description="Delay after the first failure.")
+    max: PositiveDuration = Field(default=30.0, description="Upper bound of the restart delay.")
+
+    @model_validator(mode="after")
+    def _max_not_below_initial(self) -> RestartBackoff:
+        _check_max_not_below_initial("RestartBackoff", self.initial, self.max)
+        return self
+
+
+class QueueConfig(BaseModel):
+    """One queue: how many worker processes and threads run it, and its job policy."""
+
+    model_config = FROZEN
+
+    processes: Int = Field(default=1, ge=1, le=64, description="Worker processes for this queue.")
+    threads: Int = Field(default=1, ge=1, le=256, description="Jobs run at once by each process.")
+    timeout: PositiveDuration = Field(
+        default=1800.0, description="A job running longer is stopped and failed (at most 7d)."
+    )
+    kill_grace: Duration = Field(
+        default=10.0, description="Time between SIGTERM and SIGKILL when a worker must be stopped."
+    )
+    max_attempts: Int = Field(
+        default=20, ge=1, le=1000, description="Attempts before a job is dead."
+    )
+    backoff: Backoff = Field(default=Backoff(), description="Retry delay policy.")
+    max_jobs: Int | None = Field(
+        default=None, ge=1, description="Recycle a worker process after this many jobs."
+    )
+    max_memory: Size | None = Field(
+        default=None, description="Recycle a worker process above this RSS (at least 32MiB)."
+    )
+    poll_interval: PositiveDuration | None = Field(
+        default=None, description="Polling period of this queue; defaults to the top-level one."
+    )
+    prefetch: Int = Field(default=0, ge=0, le=1000, description="Jobs claimed beyond free slots.")
+    tasks: list[ModuleName] = Field(
+        default_factory=list, description="Extra task modules only this queue imports."
+    )
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_at_most_a_week(cls, value: float) -> float:
+        if value > 7 * 86400:
+            raise ValueError("expected a duration of at most 7d")
+        return value
+
+    @field_validator("max_memory")
+    @classmethod
+    def _memory_floor(cls, value: int | None) -> int | None:
+        # Below this a Python worker with psycopg loaded would recycle after every job.
+        if value is not None and value < 32 * MiB:
+            raise ValueError("expected a size of at least 32MiB")
+        return value
+
+
+class Schedule(BaseModel):
+    """A cron entry: at each fire time one job is enqueued, once across all hosts."""
+
+    model_config = FROZEN
+
+    cron: str = Field(
+        description="Five fields (minute hour day month weekday), six with seconds first, "
+        "or an alias like @daily."
+    )
+    timezone: str = Field(default="UTC", description="IANA time zone the cron fields are read in.")
+    task: str = Field(min_length=1, max_length=255, description="Registered task name.")
+    args: dict[str, Any] = Field(default_factory=dict, description="JSON arguments.")
+    queue: Name = Field(default="default", description="Queue the job goes to.")
+    priority: Int = Field(default=0, ge=-1000, le=1000, description="Lower runs first.")
+    enabled: bool = Field(default=True, description="A disabled schedule enqueues nothing.")
+    max_delay: PositiveDuration = Field(
+        default=3600.0, description="How late a missed fire (e.g. after downtime) may still run."
+    )
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        try:
+            validate_cron(value)
+        except CronError as exc:
+            shown = value if len(value) <= 60 else value[:60] + "..."
+            raise ValueError(f'invalid cron expression "{shown}": {exc}') from exc
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, value: str) -> str:
+        validate_timezone(value)
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _json_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError("expected JSON-compatible arguments (no NaN or Infinity)") from exc
+        return value
+
+
+class Metrics(BaseModel):
+    """The Prometheus exporter of this host."""
+
+    model_config = FROZEN
+
+    enabled: bool = Field(default=True, description="Serve /metrics, /livez and /readyz.")
+    listen: str = Field(
+        default="127.0.0.1:9464", description="host:port to bind; [::1]:9464 for IPv6."
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+
+class Supervisor(BaseModel):
+    """Liveness and restart policy of the per-host supervisor."""
+
+    model_config = FROZEN
+
+    heartbeat_interval: PositiveDuration = Field(
+        default=5.0, description="Worker heartbeat period."
+    )
+    stale_after: PositiveDuration = Field(
+        default=30.0, description="A worker without a heartbeat this long is killed and replaced."
+    )
+    shutdown_timeout: PositiveDuration = Field(
+        default=30.0, description="On SIGTERM, time running jobs get to finish."
+    )
+    lease: PositiveDuration = Field(
+        default=60.0,
+        description="How long a claim holds without renewal before another host "
+        "may rescue the job.",
+    )
+    restart_backoff: RestartBackoff = Field(
+        default=RestartBackoff(), description="Delay between worker restarts."
+    )
+    max_start_failures: Int = Field(
+        default=5, ge=1, le=1000, description="Start-up failures in a row before a queue is failed."
+    )
+
+    @model_validator(mode="after")
+    def _heartbeat_fits(self) -> Supervisor:
+        # Two missed heartbeats, not one delayed write, should make a worker stale.
+        if self.heartbeat_interval >= self.stale_after / 2:
+            relation_error(
+                "Supervisor",
+                ("heartbeat_interval",),
+                f"heartbeat_interval ({format_duration(self.heartbeat_interval)}) must be "
+                f"less than half of stale_after ({format_duration(self.stale_after)})",
+                self.heartbeat_interval,
+            )
+        return self
+
+
+class Maintenance(BaseModel):
+    """Rescue of dead workers' jobs, pruning of finished jobs, queue gauges."""
+
+    model_config = FROZEN
+
+    interval: PositiveDuration = Field(default=1.0, description="Period of the maintenance pass.")
+    retention: PositiveDuration = Field(
+        default=7 * 86400.0, description="Finished jobs older than this are deleted."
+    )
+    prune_batch: Int = Field(
+        default=10000, ge=1, le=1_000_000, description="Rows deleted per batch."
+    )
+
+
+class Config(BaseModel):
+    """The whole pgfleet.yaml file."""
+
+    model_config = FROZEN
+
+    # repr=False: the URL may carry a password and configs end up in logs.
+    database_url: str | None = Field(
+        default=None,
+        repr=False,
+        description="PostgreSQL URL or key=value DSN. When absent the command line uses "
+        "--database-url, PGFLEET_DATABASE_URL or DATABASE_URL.",
+    )
+    tasks: list[ModuleName] = Field(
+        default_factory=list, description="Modules whose @task functions workers may run."
+    )
+    notify: bool = Field(
+        default=True, description="Wake workers with LISTEN/NOTIFY (polling stays)."
+    )
+    poll_interval: PositiveDuration = Field(default=1.0, description="How often idle workers poll.")
+    queues: dict[Name, QueueConfig] = Field(
+        min_length=1, description="Queues this host runs, by name."
+    )
+    schedules: dict[Name, Schedule] = Field(
+        default_factory=dict, description="Cron entries, by name."
+    )
+    metrics: Metrics = Field(default=Metrics(), description="Prometheus exporter.")
+    supervisor: Supervisor = Field(default=Supervisor(), description="Supervisor.")
+    maintenance: Maintenance = Field(default=Maintenance(), description="Maintenance pass.")
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _empty_url_is_absent(cls, value: object) -> object:
+        # `${DATABASE_URL:-}` should mean "fall back to the command line", not "connect to ''".
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _lease_outlives_kill(self) -> Config:
+        # The supervisor kills a stuck worker after stale_after, then waits kill_grace for
+        # SIGKILL; only then is the job's process certainly gone. If the lease ran out
+        # first, another host could rescue and run the job while the first run is alive.
+        grace, queue = max((q.kill_grace, name) for name, q in self.queues.items())
+        needed = self.supervisor.stale_after + grace
+        if self.supervisor.lease <= needed:
+            relation_error(
+                "Config",
+                ("supervisor", "lease"),
+                f"lease ({format_duration(self.supervisor.lease)}) must be greater than "
+                f"stale_after ({format_duration(self.supervisor.stale_after)}) + kill_grace "
+                f"of queue `{queue}` ({format_duration(grace)}) = {format_duration(needed)}: "
+                "the supervisor must kill a stuck worker before its jobs' lease can expire",
+                self.supervisor.lease,
+            )
+        return self
+
+    # Where each key path stood in the file, for errors found after validation
+    # (a task module that does not exist, a schedule naming an unregistered task).
+    _source: str = PrivateAttr(default="<config>")
+    _lines: dict[KeyPath, int] = PrivateAttr(default_factory=dict)
+
+    def where(self, *path: str | int) -> str:
+        """`FILE:LINE: key.path` for a key path of this config."""
+        return f"{self._source}:{line_for(tuple(path), self._lines)}: {dotted(tuple(path))}"
+
+    def queue_poll_interval(self, name: str) -> float:
+        """The polling period of queue `name`, falling back to the top-level one."""
+        own = self.queues[name].poll_interval
+        return self.poll_interval if own is None else own
+
+    def task_modules(self, name: str) -> list[str]:
+        """Task modules a worker of queue `name` imports: global ones, then its own."""
+        return list(dict.fromkeys([*self.tasks, *self.queues[name].tasks]))
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON Schema of the configuration file (`pgfleet config-schema`)."""
+    schema = Config.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "pgfleet configuration"
+    return schema
