@@ -36,7 +36,7 @@ import psycopg
 
 from pgfleet import metrics, store
 from pgfleet.client import DEFAULT_MAX_ATTEMPTS
-from pgfleet.config import Config, Schedule
+from pgfleet.config import Config, ScheduleConfig
 from pgfleet.cron import fire_times_after, previous_fire_time
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
@@ -76,7 +76,7 @@ class Scheduler:
         # Called inside each fire transaction between its two writes; tests make it raise
         # to show that a crash there leaves nothing behind.
         self.fire_hook = fire_hook
-        self.schedules: dict[str, Schedule] = {
+        self.schedules: dict[str, ScheduleConfig] = {
             name: s for name, s in config.schedules.items() if s.enabled
         }
         self.conn: psycopg.Connection[Any] | None = None
@@ -212,7 +212,7 @@ class Scheduler:
             self._publish(name, schedule, now, last)
         return fired
 
-    def _fire_schedule(self, conn: psycopg.Connection[Any], name: str, schedule: Schedule,
+    def _fire_schedule(self, conn: psycopg.Connection[Any], name: str, schedule: ScheduleConfig,
                        now: datetime, last: datetime | None) -> list[Fired]:
         max_delay = timedelta(seconds=schedule.max_delay)
         seen = self.seen.get(name)
@@ -227,7 +227,7 @@ class Scheduler:
             return [f for f in made if f is not None]
         return self._catch_up(conn, name, schedule, now, last, max_delay)
 
-    def _catch_up(self, conn: psycopg.Connection[Any], name: str, schedule: Schedule,
+    def _catch_up(self, conn: psycopg.Connection[Any], name: str, schedule: ScheduleConfig,
                   now: datetime, last: datetime | None, max_delay: timedelta) -> list[Fired]:
         if last is None:
             # A schedule that never ran (new, or renamed) starts with its next fire time:
@@ -250,7 +250,8 @@ class Scheduler:
         made = self.fire(conn, name, schedule, latest)
         return [made] if made is not None else []
 
-    def _between(self, schedule: Schedule, after: datetime, until: datetime) -> list[datetime]:
+    def _between(self, schedule: ScheduleConfig, after: datetime,
+                 until: datetime) -> list[datetime]:
         """Fire times in (after, until]; callers keep the window short."""
         found: list[datetime] = []
         cursor = after
@@ -261,12 +262,12 @@ class Scheduler:
                 return found
             cursor = batch[-1]
 
-    def _count_between(self, schedule: Schedule, after: datetime, before: datetime) -> int:
+    def _count_between(self, schedule: ScheduleConfig, after: datetime, before: datetime) -> int:
         """How many fire times lie strictly between; at most MISS_COUNT_CAP."""
         times = fire_times_after(schedule.cron, schedule.timezone, after, MISS_COUNT_CAP + 1)
         return min(sum(1 for t in times if t < before), MISS_COUNT_CAP)
 
-    def fire(self, conn: psycopg.Connection[Any], name: str, schedule: Schedule,
+    def fire(self, conn: psycopg.Connection[Any], name: str, schedule: ScheduleConfig,
              fire_time: datetime) -> Fired | None:
         """Turn one fire time into one job, unless any scheduler already did; idempotent."""
         with conn.transaction():
@@ -284,12 +285,12 @@ class Scheduler:
         log.info("schedule %s fired for %s: job %d", name, fire_time.isoformat(), job_id)
         return Fired(name, fire_time, job_id)
 
-    def _max_attempts(self, schedule: Schedule) -> int:
+    def _max_attempts(self, schedule: ScheduleConfig) -> int:
         queue = self.config.queues.get(schedule.queue)
         # A queue this host does not run takes the default, as an enqueue would.
         return queue.max_attempts if queue is not None else DEFAULT_MAX_ATTEMPTS
 
-    def _publish(self, name: str, schedule: Schedule, now: datetime,
+    def _publish(self, name: str, schedule: ScheduleConfig, now: datetime,
                  last: datetime | None) -> None:
         if last is not None:
             metrics.schedule_last_run.labels(name).set(last.timestamp())

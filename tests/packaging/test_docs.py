@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from pgfleet import metrics
 from pgfleet.cli import cli
-from pgfleet.config import Config, QueueConfig, Schedule
+from pgfleet.config import Config, QueueConfig, ScheduleConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -77,7 +77,7 @@ def _key_paths(model: type[BaseModel], prefix: str) -> list[str]:
     for name, field in model.model_fields.items():
         path = prefix + name
         if model is Config and name in ("queues", "schedules"):
-            entry = QueueConfig if name == "queues" else Schedule
+            entry = QueueConfig if name == "queues" else ScheduleConfig
             paths += [path, *_key_paths(entry, f"{path}.NAME.")]
             continue
         sub = next((a for a in [field.annotation, *getattr(field.annotation, "__args__", ())]

@@ -9,12 +9,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from pgfleet.config import Config, QueueConfig, Schedule, parse_config_text
+from pgfleet.config import Config, QueueConfig, ScheduleConfig, parse_config_text
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "config" / "pgfleet.reference.yaml"
 # Collections of named entries: the reference shows one entry, whose keys are the model's.
-ENTRY_MODELS: dict[str, type[BaseModel]] = {"queues": QueueConfig, "schedules": Schedule}
+ENTRY_MODELS: dict[str, type[BaseModel]] = {"queues": QueueConfig, "schedules": ScheduleConfig}
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
@@ -59,7 +59,7 @@ def test_reference_values_are_the_defaults() -> None:
             assert getattr(config, name) == getattr(defaults, name), name
     assert config.queues == {"default": QueueConfig()}
     (schedule,) = config.schedules.values()
-    for name, field in Schedule.model_fields.items():
+    for name, field in ScheduleConfig.model_fields.items():
         if not field.is_required():
             assert getattr(schedule, name) == field.get_default(call_default_factory=True), name
 

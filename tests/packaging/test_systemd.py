@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pgfleet.config import Supervisor
+from pgfleet.config import SupervisorConfig
 from pgfleet.durations import parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ def test_unit_stops_cleanly_and_restarts_on_failure() -> None:
     assert service["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert " run -c " in service["ExecStart"]
     stop = parse_duration(service["TimeoutStopSec"])
-    assert stop > Supervisor().shutdown_timeout + 5  # the supervisor's own stop margin
+    assert stop > SupervisorConfig().shutdown_timeout + 5  # the supervisor's own stop margin
     assert _unit()["Install"]["WantedBy"] == "multi-user.target"
 
 

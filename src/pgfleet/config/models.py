@@ -37,7 +37,7 @@ def _check_max_not_below_initial(title: str, initial: float, maximum: float) -> 
         )
 
 
-class Backoff(BaseModel):
+class BackoffConfig(BaseModel):
     """Delay before retrying a failed job: initial * factor**(attempt-1), capped, jittered."""
 
     model_config = FROZEN
@@ -50,12 +50,12 @@ class Backoff(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _max_not_below_initial(self) -> Backoff:
-        _check_max_not_below_initial("Backoff", self.initial, self.max)
+    def _max_not_below_initial(self) -> BackoffConfig:
+        _check_max_not_below_initial("BackoffConfig", self.initial, self.max)
         return self
 
 
-class RestartBackoff(BaseModel):
+class RestartBackoffConfig(BaseModel):
     """Delay before restarting a worker that died, doubling per failure up to `max`."""
 
     model_config = FROZEN
@@ -64,8 +64,8 @@ class RestartBackoff(BaseModel):
     max: PositiveDuration = Field(default=30.0, description="Upper bound of the restart delay.")
 
     @model_validator(mode="after")
-    def _max_not_below_initial(self) -> RestartBackoff:
-        _check_max_not_below_initial("RestartBackoff", self.initial, self.max)
+    def _max_not_below_initial(self) -> RestartBackoffConfig:
+        _check_max_not_below_initial("RestartBackoffConfig", self.initial, self.max)
         return self
 
 
@@ -85,7 +85,7 @@ class QueueConfig(BaseModel):
     max_attempts: Int = Field(
         default=20, ge=1, le=1000, description="Attempts before a job is dead."
     )
-    backoff: Backoff = Field(default=Backoff(), description="Retry delay policy.")
+    backoff: BackoffConfig = Field(default=BackoffConfig(), description="Retry delay policy.")
     max_jobs: Int | None = Field(
         default=None, ge=1, description="Recycle a worker process after this many jobs."
     )
@@ -116,7 +116,7 @@ class QueueConfig(BaseModel):
         return value
 
 
-class Schedule(BaseModel):
+class ScheduleConfig(BaseModel):
     """A cron entry: at each fire time one job is enqueued, once across all hosts."""
 
     model_config = FROZEN
@@ -161,7 +161,7 @@ class Schedule(BaseModel):
         return value
 
 
-class Metrics(BaseModel):
+class MetricsConfig(BaseModel):
     """The Prometheus exporter of this host."""
 
     model_config = FROZEN
@@ -178,7 +178,7 @@ class Metrics(BaseModel):
         return value
 
 
-class Supervisor(BaseModel):
+class SupervisorConfig(BaseModel):
     """Liveness and restart policy of the per-host supervisor."""
 
     model_config = FROZEN
@@ -197,19 +197,19 @@ class Supervisor(BaseModel):
         description="How long a claim holds without renewal before another host "
         "may rescue the job.",
     )
-    restart_backoff: RestartBackoff = Field(
-        default=RestartBackoff(), description="Delay between worker restarts."
+    restart_backoff: RestartBackoffConfig = Field(
+        default=RestartBackoffConfig(), description="Delay between worker restarts."
     )
     max_start_failures: Int = Field(
         default=5, ge=1, le=1000, description="Start-up failures in a row before a queue is failed."
     )
 
     @model_validator(mode="after")
-    def _heartbeat_fits(self) -> Supervisor:
+    def _heartbeat_fits(self) -> SupervisorConfig:
         # Two missed heartbeats, not one delayed write, should make a worker stale.
         if self.heartbeat_interval >= self.stale_after / 2:
             relation_error(
-                "Supervisor",
+                "SupervisorConfig",
                 ("heartbeat_interval",),
                 f"heartbeat_interval ({format_duration(self.heartbeat_interval)}) must be "
                 f"less than half of stale_after ({format_duration(self.stale_after)})",
@@ -218,7 +218,7 @@ class Supervisor(BaseModel):
         return self
 
 
-class Maintenance(BaseModel):
+class MaintenanceConfig(BaseModel):
     """Rescue of dead workers' jobs, pruning of finished jobs, queue gauges."""
 
     model_config = FROZEN
@@ -254,12 +254,14 @@ class Config(BaseModel):
     queues: dict[Name, QueueConfig] = Field(
         min_length=1, description="Queues this host runs, by name."
     )
-    schedules: dict[Name, Schedule] = Field(
+    schedules: dict[Name, ScheduleConfig] = Field(
         default_factory=dict, description="Cron entries, by name."
     )
-    metrics: Metrics = Field(default=Metrics(), description="Prometheus exporter.")
-    supervisor: Supervisor = Field(default=Supervisor(), description="Supervisor.")
-    maintenance: Maintenance = Field(default=Maintenance(), description="Maintenance pass.")
+    metrics: MetricsConfig = Field(default=MetricsConfig(), description="Prometheus exporter.")
+    supervisor: SupervisorConfig = Field(default=SupervisorConfig(), description="Supervisor.")
+    maintenance: MaintenanceConfig = Field(
+        default=MaintenanceConfig(), description="Maintenance pass."
+    )
 
     @field_validator("database_url", mode="before")
     @classmethod
