@@ -266,8 +266,7 @@ class Supervisor:
                       "not restarting it (the other queues keep running; HUP to retry)",
                       queue, health.failures)
             return
-        delay = min(policy.restart_backoff.max,
-                    policy.restart_backoff.initial * 2 ** (health.failures - 1))
+        delay = policy.restart_backoff.to_backoff().delay(health.failures)
         health.not_before = time.monotonic() + delay
         log.warning("%s failed at start-up (%d in a row); next start in %.1fs",
                     label(slot), health.failures, delay)

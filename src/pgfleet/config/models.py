@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
+from pgfleet.backoff import Backoff
 from pgfleet.config.fields import (
     FROZEN,
     Duration,
@@ -37,16 +38,30 @@ def _check_max_not_below_initial(title: str, initial: float, maximum: float) -> 
         )
 
 
+# The retry policy's defaults are the runtime type's, so task-level overrides
+# (`@task(backoff={"initial": 5})`) and the file fill the gaps the same way.
+_RETRY = Backoff()
+
+
 class BackoffConfig(BaseModel):
     """Delay before retrying a failed job: initial * factor**(attempt-1), capped, jittered."""
 
     model_config = FROZEN
 
-    initial: PositiveDuration = Field(default=1.0, description="Delay before the first retry.")
-    max: PositiveDuration = Field(default=3600.0, description="Upper bound of any retry delay.")
-    factor: Float = Field(default=2.0, ge=1, le=100, description="Growth of the delay per attempt.")
+    initial: PositiveDuration = Field(
+        default=_RETRY.initial, description="Delay before the first retry."
+    )
+    max: PositiveDuration = Field(
+        default=_RETRY.max, description="Upper bound of any retry delay."
+    )
+    factor: Float = Field(
+        default=_RETRY.factor, ge=1, le=100, description="Growth of the delay per attempt."
+    )
     jitter: Float = Field(
-        default=0.2, ge=0, le=1, description="Random spread as a fraction of the delay (0 to 1)."
+        default=_RETRY.jitter,
+        ge=0,
+        le=1,
+        description="Random spread as a fraction of the delay (0 to 1).",
     )
 
     @model_validator(mode="after")
@@ -54,19 +69,27 @@ class BackoffConfig(BaseModel):
         _check_max_not_below_initial("BackoffConfig", self.initial, self.max)
         return self
 
+    def to_backoff(self) -> Backoff:
+        """The runtime policy (`delay(attempt)`) this configuration describes."""
+        return Backoff(initial=self.initial, max=self.max, factor=self.factor, jitter=self.jitter)
 
-class RestartBackoffConfig(BaseModel):
-    """Delay before restarting a worker that died, doubling per failure up to `max`."""
 
-    model_config = FROZEN
+class RestartBackoffConfig(BackoffConfig):
+    """Delay before restarting a worker that died: the same policy, with restart defaults
+    (doubling from 0.5s up to 30s, no jitter). A key left out takes these defaults, not
+    the retry ones, which is why this is a subclass rather than a second default value."""
 
     initial: PositiveDuration = Field(default=0.5, description="Delay after the first failure.")
     max: PositiveDuration = Field(default=30.0, description="Upper bound of the restart delay.")
-
-    @model_validator(mode="after")
-    def _max_not_below_initial(self) -> RestartBackoffConfig:
-        _check_max_not_below_initial("RestartBackoffConfig", self.initial, self.max)
-        return self
+    factor: Float = Field(
+        default=2.0, ge=1, le=100, description="Growth of the delay per failure in a row."
+    )
+    jitter: Float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Random spread as a fraction of the delay (0 to 1).",
+    )
 
 
 class QueueConfig(BaseModel):
