@@ -66,8 +66,9 @@ RETURNING j.id
 -- error is final (pgfleet.failed_attempt, migration 0004). Fenced like complete_succeeded.
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
-           SELECT * FROM pgfleet.failed_attempt(j.attempt, j.max_attempts, j.run_at, j.errors,
-                                                d.error, d.delay, d.final)),
+           SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
+             FROM pgfleet.failed_attempt(j.attempt, j.max_attempts, j.run_at, j.errors,
+                                         d.error, d.delay, d.final) f),
        lease_holder = NULL, lease_expires_at = NULL
   FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
               %(delays)s::float8[], %(finals)s::bool[]) AS d(id, attempt, error, delay, final)
@@ -100,8 +101,9 @@ RETURNING id
 -- The attempt stays counted, so a job that kills its process cannot loop forever.
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
-           SELECT * FROM pgfleet.failed_attempt(j.attempt, j.max_attempts, j.run_at, j.errors,
-                                                %(error)s)),
+           SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
+             FROM pgfleet.failed_attempt(j.attempt, j.max_attempts, j.run_at, j.errors,
+                                         %(error)s) f),
        lease_holder = NULL, lease_expires_at = NULL
  WHERE j.lease_holder = %(worker)s AND j.state = 'running'
 RETURNING j.id, j.queue, j.task, j.state::text AS state
@@ -118,10 +120,11 @@ WITH c AS MATERIALIZED (
 )
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
-           SELECT * FROM pgfleet.failed_attempt(
-               j.attempt, j.max_attempts, j.run_at, j.errors,
-               'lease expired (worker ' || j.lease_holder || ' stopped heartbeating)',
-               logged_error => 'lease expired (worker ' || j.lease_holder || ')')),
+           SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
+             FROM pgfleet.failed_attempt(
+                      j.attempt, j.max_attempts, j.run_at, j.errors,
+                      'lease expired (worker ' || j.lease_holder || ' stopped heartbeating)',
+                      logged_error => 'lease expired (worker ' || j.lease_holder || ')') f),
        lease_holder = NULL, lease_expires_at = NULL
   FROM c
  WHERE j.id = c.id

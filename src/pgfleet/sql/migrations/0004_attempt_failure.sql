@@ -6,7 +6,7 @@
 -- spent, otherwise queued again `retry_in` seconds from now. `logged_error` is the text
 -- kept in the errors history when it differs from last_error (the lease rescue keeps a
 -- shorter one there). A table function in plain SQL, so the planner inlines it into the
--- UPDATE: SET (state, run_at, finished_at, last_error, errors) = (SELECT * FROM ...).
+-- UPDATE: SET (state, ...) = (SELECT f.state, ... FROM pgfleet.failed_attempt(...) f).
 CREATE FUNCTION pgfleet.failed_attempt(
     attempt      integer,
     max_attempts integer,
