@@ -80,54 +80,8 @@ def _as_dict(row: Any) -> dict[str, Any]:
     return {f.name: getattr(row, f.name) for f in fields(row)}
 
 
-# Row types: each field is a column the query names (tests/unit/test_queries.py checks).
-
-@dataclass(frozen=True)
-class ClaimedJob:
-    id: int
-    task: str
-    args: Any
-    attempt: int
-    max_attempts: int
-    args_size: int
-    wait_seconds: float
-
-
-@dataclass(frozen=True)
-class JobId:
-    id: int
-
-
-@dataclass(frozen=True)
-class KeyedJob:
-    id: int
-    unique_key: str | None
-
-
-@dataclass(frozen=True)
-class KeyHolder:
-    unique_key: str
-    id: int
-
-
-@dataclass(frozen=True)
-class JobState:
-    id: int
-    state: str
-
-
-@dataclass(frozen=True)
-class JobQueue:
-    id: int
-    queue: str
-
-
-@dataclass(frozen=True)
-class RescuedJob:
-    id: int
-    queue: str
-    task: str
-    state: str
+# Each row type sits beside the function that reads it; its fields are the columns its
+# query names, matched by name (tests/unit/test_queries.py checks them against the server).
 
 
 def enqueue(
@@ -151,6 +105,18 @@ def enqueue(
         return int(_scalar(conn, "enqueue_at", params))
     params["delay"] = delay
     return int(_scalar(conn, "enqueue", params))
+
+
+@dataclass(frozen=True)
+class KeyedJob:
+    id: int
+    unique_key: str | None
+
+
+@dataclass(frozen=True)
+class KeyHolder:
+    unique_key: str
+    id: int
 
 
 def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
@@ -182,9 +148,25 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     return [by_key[key] if key else next(keyless_iter) for key in unique_keys]
 
 
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    task: str
+    args: Any
+    attempt: int
+    max_attempts: int
+    args_size: int
+    wait_seconds: float
+
+
 def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float) -> list[ClaimedJob]:
     return _many(conn, "claim",
                  {"queue": queue, "limit": limit, "worker": worker, "lease": lease}, ClaimedJob)
+
+
+@dataclass(frozen=True)
+class JobId:
+    id: int
 
 
 def complete_succeeded(
@@ -207,6 +189,12 @@ class Failure:
     error: str
     delay: float
     final: bool
+
+
+@dataclass(frozen=True)
+class JobState:
+    id: int
+    state: str
 
 
 def complete_failed(conn: Conn, *, worker: str, failures: Sequence[Failure]) -> dict[int, str]:
@@ -237,9 +225,16 @@ def renew_leases(conn: Conn, *, worker: str, lease: float, ids: Sequence[int]) -
     """Extend the leases of the jobs `ids` that `worker` still holds; returns those ids."""
     if not ids:
         return set()
-    rows = _many(conn, "renew_leases", {"worker": worker, "lease": lease, "ids": list(ids)},
-                 JobId)
-    return {row.id for row in rows}
+    params = {"worker": worker, "lease": lease, "ids": list(ids)}
+    return {row.id for row in _many(conn, "renew_leases", params, JobId)}
+
+
+@dataclass(frozen=True)
+class RescuedJob:
+    id: int
+    queue: str
+    task: str
+    state: str
 
 
 def rescue_holder(conn: Conn, *, worker: str, error: str) -> list[tuple[int, str, str, str]]:
@@ -261,6 +256,12 @@ def prune_finished(conn: Conn, *, retention: float, limit: int) -> int:
 def notify_queue(conn: Conn, queue: str) -> None:
     """Wake the workers of `queue` (a hint: they poll anyway)."""
     _exec(conn, "notify_queue", {"queue": queue})
+
+
+@dataclass(frozen=True)
+class JobQueue:
+    id: int
+    queue: str
 
 
 def retry_job(conn: Conn, job_id: int) -> str | None:
@@ -366,10 +367,9 @@ class QueueCount:
     count: int
 
 
-@dataclass(frozen=True)
-class QueueTally:
-    queue: str
-    count: int
+def queue_counts(conn: Conn) -> list[tuple[str, str, int]]:
+    return [(r.queue, r.state, int(r.count))
+            for r in _many(conn, "queue_counts", None, QueueCount)]
 
 
 @dataclass(frozen=True)
@@ -378,22 +378,23 @@ class QueueAge:
     seconds: float
 
 
+def oldest_waiting(conn: Conn) -> dict[str, float]:
+    return {r.queue: float(r.seconds) for r in _many(conn, "oldest_waiting", None, QueueAge)}
+
+
 @dataclass(frozen=True)
 class QueueName:
     name: str
 
 
-def queue_counts(conn: Conn) -> list[tuple[str, str, int]]:
-    return [(r.queue, r.state, int(r.count))
-            for r in _many(conn, "queue_counts", None, QueueCount)]
-
-
-def oldest_waiting(conn: Conn) -> dict[str, float]:
-    return {r.queue: float(r.seconds) for r in _many(conn, "oldest_waiting", None, QueueAge)}
-
-
 def paused_queues(conn: Conn) -> set[str]:
     return {r.name for r in _many(conn, "paused_queues", None, QueueName)}
+
+
+@dataclass(frozen=True)
+class QueueTally:
+    queue: str
+    count: int
 
 
 def finished_last_minute(conn: Conn) -> dict[str, int]:
@@ -427,15 +428,15 @@ class ScheduleFire:
     fire_time: datetime | None
 
 
-@dataclass(frozen=True)
-class FireTime:
-    fire_time: datetime
-
-
 def schedule_last_runs(conn: Conn, names: Sequence[str]) -> dict[str, datetime | None]:
     """The latest recorded fire time per schedule, None for one that never fired."""
     rows = _many(conn, "schedule_last_runs", {"names": list(names)}, ScheduleFire)
     return {row.name: row.fire_time for row in rows}
+
+
+@dataclass(frozen=True)
+class FireTime:
+    fire_time: datetime
 
 
 def insert_schedule_run(conn: Conn, *, schedule: str, fire_time: datetime) -> bool:

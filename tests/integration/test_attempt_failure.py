@@ -77,27 +77,18 @@ def fail_in_one_transaction(conn: Conn, path: Path, job_id: int, attempt: int
     return row, now[0], now[1]
 
 
+@pytest.mark.parametrize("attempts_left", [True, False], ids=["queued-again", "dead"])
 @pytest.mark.parametrize("name", PATHS)
-def test_a_failed_attempt_with_attempts_left_is_queued_again(conn: Conn, name: str) -> None:
+def test_a_failed_attempt(conn: Conn, name: str, attempts_left: bool) -> None:
     path = PATHS[name]
-    job_id, attempt, _ = running_job(conn, max_attempts=2)
+    job_id, attempt, run_at = running_job(conn, max_attempts=2 if attempts_left else 1)
     row, now, now_json = fail_in_one_transaction(conn, path, job_id, attempt)
-    assert (row["state"], row["attempt"], row["finished_at"]) == ("queued", 1, None)
-    assert row["run_at"] == now + timedelta(seconds=path.retry_in)
-    assert (row["lease_holder"], row["lease_expires_at"]) == (None, None)
-    assert row["last_error"] == path.last_error
-    assert row["errors"] == [{"earlier": True},
-                             {"attempt": 1, "at": now_json, "error": path.logged_error}]
-
-
-@pytest.mark.parametrize("name", PATHS)
-def test_a_failed_last_attempt_is_dead(conn: Conn, name: str) -> None:
-    path = PATHS[name]
-    job_id, attempt, run_at = running_job(conn, max_attempts=1)
-    row, now, now_json = fail_in_one_transaction(conn, path, job_id, attempt)
-    assert (row["state"], row["attempt"], row["finished_at"]) == ("dead", 1, now)
-    assert row["run_at"] == run_at  # kept: when the last attempt was due
-    assert (row["lease_holder"], row["lease_expires_at"]) == (None, None)
+    if attempts_left:  # due again after the path's delay
+        expected = ("queued", now + timedelta(seconds=path.retry_in), None)
+    else:  # run_at kept: when the last attempt was due
+        expected = ("dead", run_at, now)
+    assert (row["state"], row["run_at"], row["finished_at"]) == expected
+    assert (row["attempt"], row["lease_holder"], row["lease_expires_at"]) == (1, None, None)
     assert row["last_error"] == path.last_error
     assert row["errors"] == [{"earlier": True},
                              {"attempt": 1, "at": now_json, "error": path.logged_error}]

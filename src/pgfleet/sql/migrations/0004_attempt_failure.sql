@@ -34,15 +34,14 @@ LANGUAGE sql VOLATILE AS $$
     SELECT pg_notify('pgfleet_jobs', $1)
 $$;
 
+-- The insert trigger's function again, now through notify_queue: one notification per
+-- due queue per statement, as before.
 CREATE OR REPLACE FUNCTION pgfleet.notify_jobs() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    q text;
 BEGIN
-    FOR q IN SELECT DISTINCT n.queue FROM new_jobs n WHERE n.state = 'queued' AND n.run_at <= now()
-    LOOP
-        PERFORM pgfleet.notify_queue(q);
-    END LOOP;
+    PERFORM pgfleet.notify_queue(due.queue)
+       FROM (SELECT DISTINCT n.queue FROM new_jobs n
+              WHERE n.state = 'queued' AND n.run_at <= now()) due;
     RETURN NULL;
 END;
 $$;
