@@ -6,42 +6,82 @@ the application's own (transactional enqueue) or a worker's autocommit connectio
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
-from functools import cache
-from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg.rows import class_row
+
+from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
 
 Conn = psycopg.Connection[Any]
+Row = TypeVar("Row")
+Params = Mapping[str, Any] | None
 
-_BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
-
-@cache
 def queries() -> dict[str, str]:
-    """Parse sql/queries.sql once per process into {name: statement}."""
-    text = (resources.files("pgfleet") / "sql" / "queries.sql").read_text("utf-8")
-    parts = _BLOCK.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    """{name: statement} of every query in sql/queries.sql."""
+    return {name: query.sql.decode() for name, query in catalogue().items()}
 
 
 def q(name: str) -> bytes:
-    return queries()[name].encode()
+    return catalogue()[name].sql
 
 
-@dataclass(frozen=True)
-class ClaimedJob:
-    id: int
-    task: str
-    args: Any
-    attempt: int
-    max_attempts: int
-    args_size: int
-    wait_seconds: float
+def _query(name: str, runner: Cardinality) -> Query:
+    query = catalogue()[name]
+    if query.cardinality is not runner:
+        raise CardinalityError(f"query {name} is :{query.cardinality.value}"
+                               f" but was run as :{runner.value}")
+    return query
+
+
+def _fetch(conn: Conn, query: Query, params: Params, row: type[Row]) -> list[Row]:
+    with conn.cursor(row_factory=class_row(row)) as cur:
+        rows = cur.execute(query.sql, params).fetchall()
+    query.check_rows(len(rows))
+    return rows
+
+
+def _one(conn: Conn, name: str, params: Params, row: type[Row]) -> Row:
+    return _fetch(conn, _query(name, Cardinality.ONE), params, row)[0]
+
+
+def _maybe(conn: Conn, name: str, params: Params, row: type[Row]) -> Row | None:
+    rows = _fetch(conn, _query(name, Cardinality.MAYBE), params, row)
+    return rows[0] if rows else None
+
+
+def _many(conn: Conn, name: str, params: Params, row: type[Row]) -> list[Row]:
+    return _fetch(conn, _query(name, Cardinality.MANY), params, row)
+
+
+def _scalar(conn: Conn, name: str, params: Params = None) -> Any:
+    query = _query(name, Cardinality.SCALAR)
+    cur = conn.execute(query.sql, params)
+    rows = cur.fetchall()
+    query.check_rows(len(rows))
+    if len(rows[0]) != 1:
+        raise CardinalityError(f"query {name} (:scalar) returned {len(rows[0])} columns")
+    return rows[0][0]
+
+
+def _exec(conn: Conn, name: str, params: Params = None) -> int:
+    """Run a query that returns no columns; its row count."""
+    cur = conn.execute(_query(name, Cardinality.EXEC).sql, params)
+    if cur.description:
+        raise CardinalityError(f"query {name} (:exec) returned columns")
+    return cur.rowcount
+
+
+def _as_dict(row: Any) -> dict[str, Any]:
+    return {f.name: getattr(row, f.name) for f in fields(row)}
+
+
+# Each row type sits beside the function that reads it; its fields are the columns its
+# query names, matched by name (tests/unit/test_queries.py checks them against the server).
 
 
 def enqueue(
@@ -62,12 +102,21 @@ def enqueue(
     )
     if run_at is not None:
         params["run_at"] = run_at
-        row = conn.execute(q("enqueue_at"), params).fetchone()
-    else:
-        params["delay"] = delay
-        row = conn.execute(q("enqueue"), params).fetchone()
-    assert row is not None
-    return int(row[0])
+        return int(_scalar(conn, "enqueue_at", params))
+    params["delay"] = delay
+    return int(_scalar(conn, "enqueue", params))
+
+
+@dataclass(frozen=True)
+class KeyedJob:
+    id: int
+    unique_key: str | None
+
+
+@dataclass(frozen=True)
+class KeyHolder:
+    unique_key: str
+    id: int
 
 
 def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
@@ -85,25 +134,39 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
         "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
         "unique_keys": unique_keys,
     }
-    inserted = conn.execute(q("enqueue_many"), params).fetchall()
+    inserted = _many(conn, "enqueue_many", params, KeyedJob)
     if not any(unique_keys):
         # RETURNING follows the insertion order, which follows ORDER BY ord.
-        return [row[0] for row in inserted]
-    keyless = [row[0] for row in inserted if row[1] is None]
-    by_key = {row[1]: row[0] for row in inserted if row[1] is not None}
+        return [job.id for job in inserted]
+    keyless = [job.id for job in inserted if job.unique_key is None]
+    by_key = {job.unique_key: job.id for job in inserted if job.unique_key is not None}
     missing = [key for key in unique_keys if key and key not in by_key]
     if missing:
-        found = conn.execute(q("existing_by_unique_key"), {"unique_keys": missing}).fetchall()
-        by_key.update({key: job_id for key, job_id in found})
+        found = _many(conn, "existing_by_unique_key", {"unique_keys": missing}, KeyHolder)
+        by_key.update({job.unique_key: job.id for job in found})
     keyless_iter = iter(keyless)
     return [by_key[key] if key else next(keyless_iter) for key in unique_keys]
 
 
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    task: str
+    args: Any
+    attempt: int
+    max_attempts: int
+    args_size: int
+    wait_seconds: float
+
+
 def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float) -> list[ClaimedJob]:
-    rows = conn.execute(
-        q("claim"), {"queue": queue, "limit": limit, "worker": worker, "lease": lease}
-    ).fetchall()
-    return [ClaimedJob(*row) for row in rows]
+    return _many(conn, "claim",
+                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease}, ClaimedJob)
+
+
+@dataclass(frozen=True)
+class JobId:
+    id: int
 
 
 def complete_succeeded(
@@ -112,11 +175,11 @@ def complete_succeeded(
     """Mark (id, attempt) pairs succeeded; returns the ids whose row this worker still held."""
     if not done:
         return set()
-    rows = conn.execute(
-        q("complete_succeeded"),
+    rows = _many(
+        conn, "complete_succeeded",
         {"worker": worker, "ids": [d[0] for d in done], "attempts": [d[1] for d in done]},
-    ).fetchall()
-    return {row[0] for row in rows}
+        JobId)
+    return {row.id for row in rows}
 
 
 @dataclass(frozen=True)
@@ -128,12 +191,18 @@ class Failure:
     final: bool
 
 
+@dataclass(frozen=True)
+class JobState:
+    id: int
+    state: str
+
+
 def complete_failed(conn: Conn, *, worker: str, failures: Sequence[Failure]) -> dict[int, str]:
     """Record failures; returns {id: new state} for rows this worker still held."""
     if not failures:
         return {}
-    rows = conn.execute(
-        q("complete_failed"),
+    rows = _many(
+        conn, "complete_failed",
         {
             "worker": worker,
             "ids": [f.id for f in failures],
@@ -142,155 +211,244 @@ def complete_failed(conn: Conn, *, worker: str, failures: Sequence[Failure]) -> 
             "delays": [f.delay for f in failures],
             "finals": [f.final for f in failures],
         },
-    ).fetchall()
-    return {row[0]: row[1] for row in rows}
+        JobState)
+    return {row.id: row.state for row in rows}
 
 
 def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> list[int]:
-    rows = conn.execute(
-        q("give_back"), {"worker": worker, "ids": list(ids) if ids is not None else None}
-    ).fetchall()
-    return [row[0] for row in rows]
+    rows = _many(conn, "give_back",
+                 {"worker": worker, "ids": list(ids) if ids is not None else None}, JobId)
+    return [row.id for row in rows]
 
 
 def renew_leases(conn: Conn, *, worker: str, lease: float, ids: Sequence[int]) -> set[int]:
     """Extend the leases of the jobs `ids` that `worker` still holds; returns those ids."""
     if not ids:
         return set()
-    rows = conn.execute(
-        q("renew_leases"), {"worker": worker, "lease": lease, "ids": list(ids)}).fetchall()
-    return {row[0] for row in rows}
+    params = {"worker": worker, "lease": lease, "ids": list(ids)}
+    return {row.id for row in _many(conn, "renew_leases", params, JobId)}
+
+
+@dataclass(frozen=True)
+class RescuedJob:
+    id: int
+    queue: str
+    task: str
+    state: str
 
 
 def rescue_holder(conn: Conn, *, worker: str, error: str) -> list[tuple[int, str, str, str]]:
     """Give back a dead worker's jobs: (id, queue, task, new state) of each."""
-    rows = conn.execute(q("rescue_holder"), {"worker": worker, "error": error}).fetchall()
-    return [(row[0], row[1], row[2], row[3]) for row in rows]
+    rows = _many(conn, "rescue_holder", {"worker": worker, "error": error}, RescuedJob)
+    return [(row.id, row.queue, row.task, row.state) for row in rows]
 
 
 def rescue_expired(conn: Conn, *, limit: int) -> list[tuple[int, str, str]]:
-    rows = conn.execute(q("rescue_expired"), {"limit": limit}).fetchall()
-    return [(row[0], row[1], row[2]) for row in rows]
+    """Give back jobs whose lease ran out: (id, queue, new state) of each."""
+    rows = _many(conn, "rescue_expired", {"limit": limit}, RescuedJob)
+    return [(row.id, row.queue, row.state) for row in rows]
 
 
 def prune_finished(conn: Conn, *, retention: float, limit: int) -> int:
-    cur = conn.execute(q("prune_finished"), {"retention": retention, "limit": limit})
-    return cur.rowcount
+    return _exec(conn, "prune_finished", {"retention": retention, "limit": limit})
+
+
+def notify_queue(conn: Conn, queue: str) -> None:
+    """Wake the workers of `queue` (a hint: they poll anyway)."""
+    _exec(conn, "notify_queue", {"queue": queue})
+
+
+@dataclass(frozen=True)
+class JobQueue:
+    id: int
+    queue: str
 
 
 def retry_job(conn: Conn, job_id: int) -> str | None:
     """Requeue a dead or cancelled job; returns its queue, or None if it was not retryable."""
-    row = conn.execute(q("retry_job"), {"id": job_id}).fetchone()
+    row = _maybe(conn, "retry_job", {"id": job_id}, JobQueue)
     if row is None:
         return None
-    conn.execute(q("notify_queue"), {"queue": row[1]})
-    return str(row[1])
+    notify_queue(conn, row.queue)
+    return row.queue
 
 
 def retry_dead_of_queue(conn: Conn, queue: str) -> list[int]:
-    rows = conn.execute(q("retry_dead_of_queue"), {"queue": queue}).fetchall()
+    rows = _many(conn, "retry_dead_of_queue", {"queue": queue}, JobQueue)
     if rows:
-        conn.execute(q("notify_queue"), {"queue": queue})
-    return [row[0] for row in rows]
+        notify_queue(conn, queue)
+    return [row.id for row in rows]
 
 
 def cancel_job(conn: Conn, job_id: int) -> bool:
-    return conn.execute(q("cancel_job"), {"id": job_id}).fetchone() is not None
+    return _maybe(conn, "cancel_job", {"id": job_id}, JobId) is not None
 
 
 def set_paused(conn: Conn, queue: str, paused: bool) -> None:
-    conn.execute(q("set_paused"), {"queue": queue, "paused": paused})
+    _exec(conn, "set_paused", {"queue": queue, "paused": paused})
     if not paused:
-        conn.execute(q("notify_queue"), {"queue": queue})
+        notify_queue(conn, queue)
 
 
-_JOB_FIELDS = (
-    "id", "queue", "task", "args", "state", "priority", "run_at", "attempt", "max_attempts",
-    "lease_holder", "lease_expires_at", "created_at", "started_at", "finished_at",
-    "last_error", "errors", "unique_key",
-)
-_LIST_FIELDS = (
-    "id", "queue", "task", "state", "priority", "run_at", "attempt", "max_attempts",
-    "created_at", "finished_at", "last_error",
-)
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    queue: str
+    task: str
+    args: Any
+    state: str
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    lease_holder: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    errors: Any
+    unique_key: str | None
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    id: int
+    queue: str
+    task: str
+    state: str
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    created_at: datetime
+    finished_at: datetime | None
+    last_error: str | None
 
 
 def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
-    row = conn.execute(q("get_job"), {"id": job_id}).fetchone()
-    return dict(zip(_JOB_FIELDS, row, strict=True)) if row else None
+    row = _maybe(conn, "get_job", {"id": job_id}, JobRecord)
+    return _as_dict(row) if row else None
 
 
 def list_jobs(
     conn: Conn, *, queue: str | None, state: str | None, limit: int
 ) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        q("list_jobs"), {"queue": queue, "state": state, "limit": limit}
-    ).fetchall()
-    return [dict(zip(_LIST_FIELDS, row, strict=True)) for row in rows]
+    rows = _many(conn, "list_jobs", {"queue": queue, "state": state, "limit": limit},
+                 JobSummary)
+    return [_as_dict(row) for row in rows]
 
 
 def register_process(
     conn: Conn, *, id: str, host: str, pid: int, kind: str, queue: str | None,
     supervisor: str | None,
 ) -> None:
-    conn.execute(
-        q("register_process"),
-        {"id": id, "host": host, "pid": pid, "kind": kind, "queue": queue,
-         "supervisor": supervisor},
-    )
+    _exec(conn, "register_process",
+          {"id": id, "host": host, "pid": pid, "kind": kind, "queue": queue,
+           "supervisor": supervisor})
 
 
 def heartbeat_process(conn: Conn, id: str) -> None:
-    conn.execute(q("heartbeat_process"), {"id": id})
+    _exec(conn, "heartbeat_process", {"id": id})
 
 
 def unregister_process(conn: Conn, id: str) -> None:
-    conn.execute(q("unregister_process"), {"id": id})
+    _exec(conn, "unregister_process", {"id": id})
 
 
 def prune_processes(conn: Conn, stale_after: float) -> int:
-    return conn.execute(q("prune_processes"), {"stale_after": stale_after}).rowcount
+    return _exec(conn, "prune_processes", {"stale_after": stale_after})
+
+
+@dataclass(frozen=True)
+class QueueCount:
+    queue: str
+    state: str
+    count: int
 
 
 def queue_counts(conn: Conn) -> list[tuple[str, str, int]]:
-    return [(r[0], r[1], int(r[2])) for r in conn.execute(q("queue_counts")).fetchall()]
+    return [(r.queue, r.state, int(r.count))
+            for r in _many(conn, "queue_counts", None, QueueCount)]
+
+
+@dataclass(frozen=True)
+class QueueAge:
+    queue: str
+    seconds: float
 
 
 def oldest_waiting(conn: Conn) -> dict[str, float]:
-    return {r[0]: float(r[1]) for r in conn.execute(q("oldest_waiting")).fetchall()}
+    return {r.queue: float(r.seconds) for r in _many(conn, "oldest_waiting", None, QueueAge)}
+
+
+@dataclass(frozen=True)
+class QueueName:
+    name: str
 
 
 def paused_queues(conn: Conn) -> set[str]:
-    return {r[0] for r in conn.execute(q("paused_queues")).fetchall()}
+    return {r.name for r in _many(conn, "paused_queues", None, QueueName)}
+
+
+@dataclass(frozen=True)
+class QueueTally:
+    queue: str
+    count: int
 
 
 def finished_last_minute(conn: Conn) -> dict[str, int]:
-    return {r[0]: int(r[1]) for r in conn.execute(q("finished_last_minute")).fetchall()}
+    return {r.queue: int(r.count)
+            for r in _many(conn, "finished_last_minute", None, QueueTally)}
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    id: str
+    host: str
+    pid: int
+    kind: str
+    queue: str | None
+    supervisor: str | None
+    heartbeat_age: float
 
 
 def processes(conn: Conn) -> list[dict[str, Any]]:
-    cur = conn.execute(q("processes"))
-    names = [c.name for c in cur.description or ()]
-    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    return [_as_dict(row) for row in _many(conn, "processes", None, ProcessRow)]
 
 
 def db_now(conn: Conn) -> datetime:
-    row = conn.execute(q("db_now")).fetchone()
-    assert row is not None
-    now: datetime = row[0]
+    now: datetime = _scalar(conn, "db_now")
     return now
+
+
+@dataclass(frozen=True)
+class ScheduleFire:
+    name: str
+    fire_time: datetime | None
 
 
 def schedule_last_runs(conn: Conn, names: Sequence[str]) -> dict[str, datetime | None]:
     """The latest recorded fire time per schedule, None for one that never fired."""
-    rows = conn.execute(q("schedule_last_runs"), {"names": list(names)}).fetchall()
-    return {row[0]: row[1] for row in rows}
+    rows = _many(conn, "schedule_last_runs", {"names": list(names)}, ScheduleFire)
+    return {row.name: row.fire_time for row in rows}
+
+
+@dataclass(frozen=True)
+class FireTime:
+    fire_time: datetime
 
 
 def insert_schedule_run(conn: Conn, *, schedule: str, fire_time: datetime) -> bool:
     """Claim one fire time; False if any scheduler (on any host) already recorded it."""
-    cur = conn.execute(q("schedule_run_insert"), {"schedule": schedule, "fire_time": fire_time})
-    return cur.fetchone() is not None
+    row = _maybe(conn, "schedule_run_insert", {"schedule": schedule, "fire_time": fire_time},
+                 FireTime)
+    return row is not None
+
+
+@dataclass(frozen=True)
+class ScheduleJob:
+    job_id: int
 
 
 def enqueue_schedule_run(
@@ -298,13 +456,12 @@ def enqueue_schedule_run(
     queue: str, priority: int, max_attempts: int,
 ) -> int:
     """Enqueue the job of a fire time claimed in this transaction; returns its id."""
-    row = conn.execute(
-        q("schedule_run_enqueue"),
-        {"schedule": schedule, "fire_time": fire_time, "task": task, "args": args_json,
-         "queue": queue, "priority": priority, "max_attempts": max_attempts},
-    ).fetchone()
-    assert row is not None, "the schedule run row vanished inside its own transaction"
-    return int(row[0])
+    # :one, so a run row that vanished inside its own transaction is an error, not None.
+    row = _one(conn, "schedule_run_enqueue",
+               {"schedule": schedule, "fire_time": fire_time, "task": task, "args": args_json,
+                "queue": queue, "priority": priority, "max_attempts": max_attempts},
+               ScheduleJob)
+    return row.job_id
 
 
 @dataclass(frozen=True)
@@ -314,17 +471,32 @@ class ScheduleLastRun:
     state: str | None
 
 
+@dataclass(frozen=True)
+class ScheduleRunJob:
+    name: str
+    fire_time: datetime | None
+    job_id: int | None
+    state: str | None
+
+
 def schedule_last_run_jobs(conn: Conn, names: Sequence[str]) -> dict[str, ScheduleLastRun]:
-    rows = conn.execute(q("schedule_last_run_jobs"), {"names": list(names)}).fetchall()
-    return {row[0]: ScheduleLastRun(row[1], row[2], row[3]) for row in rows}
+    rows = _many(conn, "schedule_last_run_jobs", {"names": list(names)}, ScheduleRunJob)
+    return {row.name: ScheduleLastRun(fire_time=row.fire_time, job_id=row.job_id,
+                                      state=row.state) for row in rows}
 
 
 def max_job_id(conn: Conn) -> int:
-    row = conn.execute(q("max_job_id")).fetchone()
-    return int(row[0]) if row else 0
+    return int(_scalar(conn, "max_job_id"))
+
+
+@dataclass(frozen=True)
+class NewJobs:
+    queue: str
+    count: int
+    max_id: int
 
 
 def jobs_created_since(conn: Conn, after: int) -> tuple[dict[str, int], int]:
     """({queue: jobs created with id > after}, the highest id seen)."""
-    rows = conn.execute(q("jobs_created_since"), {"after": after}).fetchall()
-    return {r[0]: int(r[1]) for r in rows}, max([after, *(int(r[2]) for r in rows)])
+    rows = _many(conn, "jobs_created_since", {"after": after}, NewJobs)
+    return {r.queue: int(r.count) for r in rows}, max([after, *(int(r.max_id) for r in rows)])

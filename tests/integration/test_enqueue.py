@@ -9,15 +9,17 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import pgfleet
-from pgfleet import PayloadError
+from pgfleet import PayloadError, store
+from pgfleet.listener import CHANNEL
 from tests.support.workers import scalar
 
 
 def listen(dsn: str) -> psycopg.Connection[Any]:
     conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute("LISTEN pgfleet_jobs")
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
     return conn
 
 
@@ -44,6 +46,17 @@ def test_committed_transaction_notifies_once_per_queue(dsn: str) -> None:
         assert drain_notifications(listener, 0.2) == []  # nothing before the commit
         conn.commit()
     assert sorted(drain_notifications(listener)) == ["a", "b"]
+
+
+def test_the_database_notifies_on_the_channel_workers_listen_on(dsn: str) -> None:
+    """pgfleet.notify_queue (migration 0004) holds the SQL side's channel name, used by the
+    insert trigger and the wake-up queries; the listener holds Python's."""
+    listener = listen(dsn)
+    pgfleet.enqueue(dsn, "noop", queue="by-trigger")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        store.set_paused(conn, "by-query", False)
+        store.notify_queue(conn, "by-function")
+    assert drain_notifications(listener) == ["by-trigger", "by-query", "by-function"]
 
 
 def test_delayed_job_does_not_notify(dsn: str) -> None:

@@ -1,15 +1,20 @@
--- Named queries. Each block starts with "-- name: NAME"; store.py runs them by name.
+-- Named queries. Each block starts with "-- name: NAME :CARDINALITY"; store.py runs them by
+-- name and holds each result to its cardinality:
+--   :one     exactly one row          :maybe   zero or one row      :many   any number of rows
+--   :scalar  one row of one column    :exec    no result columns (the row count is returned)
+-- Rows become store.py's row dataclasses by column name: every returned column is named as
+-- a field (tests/unit/test_queries.py checks both sides against a migrated database).
 -- Parameters use psycopg's %(name)s style.
 
--- name: enqueue
+-- name: enqueue :scalar
 SELECT pgfleet.enqueue(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
                        now() + make_interval(secs => %(delay)s) , %(max_attempts)s, %(unique_key)s)
 
--- name: enqueue_at
+-- name: enqueue_at :scalar
 SELECT pgfleet.enqueue(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
                        %(run_at)s, %(max_attempts)s, %(unique_key)s)
 
--- name: enqueue_many
+-- name: enqueue_many :many
 -- Rows whose unique key an unfinished job already holds are skipped here and looked up
 -- afterwards with existing_by_unique_key. The arrays travel in binary (the b placeholders):
 -- eight text arrays of thousands of elements took a third of the statement's time.
@@ -24,11 +29,11 @@ ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'r
 DO NOTHING
 RETURNING id, unique_key
 
--- name: existing_by_unique_key
+-- name: existing_by_unique_key :many
 SELECT unique_key, id FROM pgfleet.jobs
  WHERE unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('queued', 'running')
 
--- name: claim
+-- name: claim :many
 -- R1: lock due rows of one queue in claim order through the partial index, skipping rows
 -- another worker holds, then lease them in the same statement. A paused queue yields none.
 WITH c AS MATERIALIZED (
@@ -44,10 +49,10 @@ UPDATE pgfleet.jobs j
        lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now()
   FROM c
  WHERE j.id = c.id
-RETURNING j.id, j.task, j.args, j.attempt, j.max_attempts, pg_column_size(j.args),
-          extract(epoch FROM now() - j.run_at)::float8
+RETURNING j.id, j.task, j.args, j.attempt, j.max_attempts, pg_column_size(j.args) AS args_size,
+          extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds
 
--- name: complete_succeeded
+-- name: complete_succeeded :many
 -- R2: fenced by holder and attempt; a job whose lease was taken over is not touched.
 UPDATE pgfleet.jobs j
    SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL
@@ -56,26 +61,22 @@ UPDATE pgfleet.jobs j
    AND j.lease_holder = %(worker)s
 RETURNING j.id
 
--- name: complete_failed
+-- name: complete_failed :many
 -- A failure retries after the given delay, or ends dead when attempts are spent or the
--- error is final. Fenced like complete_succeeded.
+-- error is final (pgfleet.failed_attempt, migration 0004). Fenced like complete_succeeded.
 UPDATE pgfleet.jobs j
-   SET state = CASE WHEN d.final OR j.attempt >= j.max_attempts
-                    THEN 'dead'::pgfleet.job_state ELSE 'queued'::pgfleet.job_state END,
-       run_at = CASE WHEN d.final OR j.attempt >= j.max_attempts
-                     THEN j.run_at ELSE now() + make_interval(secs => d.delay) END,
-       finished_at = CASE WHEN d.final OR j.attempt >= j.max_attempts THEN now() END,
-       last_error = d.error,
-       errors = j.errors || jsonb_build_array(jsonb_build_object(
-                    'attempt', j.attempt, 'at', now(), 'error', d.error)),
+   SET (state, run_at, finished_at, last_error, errors) = (
+           SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
+             FROM pgfleet.failed_attempt(j.attempt, j.max_attempts, j.run_at, j.errors,
+                                         d.error, d.delay, d.final) f),
        lease_holder = NULL, lease_expires_at = NULL
   FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
               %(delays)s::float8[], %(finals)s::bool[]) AS d(id, attempt, error, delay, final)
  WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
    AND j.lease_holder = %(worker)s
-RETURNING j.id, j.state::text
+RETURNING j.id, j.state::text AS state
 
--- name: give_back
+-- name: give_back :many
 -- Shutdown: jobs this worker did not finish go back without using up an attempt. They are
 -- due a second from now: the giving process exits right after this commit, and its job
 -- threads must be gone before another worker can claim the job.
@@ -87,7 +88,7 @@ UPDATE pgfleet.jobs
    AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
 RETURNING id
 
--- name: renew_leases
+-- name: renew_leases :many
 -- Only the jobs the worker knows it runs: a claim committed just before a crash may never
 -- have reached the worker, and renewing that row too would hold it forever. Its lease
 -- runs out and rescue_expired gives it back.
@@ -95,22 +96,19 @@ UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease
  WHERE lease_holder = %(worker)s AND state = 'running' AND id = ANY(%(ids)s::bigint[])
 RETURNING id
 
--- name: rescue_holder
+-- name: rescue_holder :many
 -- R3a: the supervisor saw this worker exit; its running jobs failed with the reason.
 -- The attempt stays counted, so a job that kills its process cannot loop forever.
-UPDATE pgfleet.jobs
-   SET state = CASE WHEN attempt >= max_attempts
-                    THEN 'dead'::pgfleet.job_state ELSE 'queued'::pgfleet.job_state END,
-       run_at = CASE WHEN attempt >= max_attempts THEN run_at ELSE now() END,
-       finished_at = CASE WHEN attempt >= max_attempts THEN now() END,
-       last_error = %(error)s,
-       errors = errors || jsonb_build_array(jsonb_build_object(
-                    'attempt', attempt, 'at', now(), 'error', %(error)s::text)),
+UPDATE pgfleet.jobs j
+   SET (state, run_at, finished_at, last_error, errors) = (
+           SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
+             FROM pgfleet.failed_attempt(j.attempt, j.max_attempts, j.run_at, j.errors,
+                                         %(error)s) f),
        lease_holder = NULL, lease_expires_at = NULL
- WHERE lease_holder = %(worker)s AND state = 'running'
-RETURNING id, queue, task, state::text
+ WHERE j.lease_holder = %(worker)s AND j.state = 'running'
+RETURNING j.id, j.queue, j.task, j.state::text AS state
 
--- name: rescue_expired
+-- name: rescue_expired :many
 -- R3b: leases that ran out belong to a host that vanished or froze. SKIP LOCKED lets the
 -- maintenance process of every host run this at once.
 WITH c AS MATERIALIZED (
@@ -121,20 +119,18 @@ WITH c AS MATERIALIZED (
        FOR UPDATE SKIP LOCKED
 )
 UPDATE pgfleet.jobs j
-   SET state = CASE WHEN j.attempt >= j.max_attempts
-                    THEN 'dead'::pgfleet.job_state ELSE 'queued'::pgfleet.job_state END,
-       run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at ELSE now() END,
-       finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-       last_error = 'lease expired (worker ' || j.lease_holder || ' stopped heartbeating)',
-       errors = j.errors || jsonb_build_array(jsonb_build_object(
-                    'attempt', j.attempt, 'at', now(),
-                    'error', 'lease expired (worker ' || j.lease_holder || ')')),
+   SET (state, run_at, finished_at, last_error, errors) = (
+           SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
+             FROM pgfleet.failed_attempt(
+                      j.attempt, j.max_attempts, j.run_at, j.errors,
+                      'lease expired (worker ' || j.lease_holder || ' stopped heartbeating)',
+                      logged_error => 'lease expired (worker ' || j.lease_holder || ')') f),
        lease_holder = NULL, lease_expires_at = NULL
   FROM c
  WHERE j.id = c.id
-RETURNING j.id, j.queue, j.state::text
+RETURNING j.id, j.queue, j.task, j.state::text AS state
 
--- name: prune_finished
+-- name: prune_finished :exec
 WITH c AS (
     SELECT id FROM pgfleet.jobs
      WHERE state IN ('succeeded', 'dead', 'cancelled')
@@ -144,7 +140,7 @@ WITH c AS (
 )
 DELETE FROM pgfleet.jobs j USING c WHERE j.id = c.id
 
--- name: retry_job
+-- name: retry_job :maybe
 -- Manual retry of a dead or cancelled job: a fresh set of attempts, due now.
 UPDATE pgfleet.jobs
    SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
@@ -152,32 +148,32 @@ UPDATE pgfleet.jobs
  WHERE id = %(id)s AND state IN ('dead', 'cancelled')
 RETURNING id, queue
 
--- name: retry_dead_of_queue
+-- name: retry_dead_of_queue :many
 UPDATE pgfleet.jobs
    SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
        lease_holder = NULL, lease_expires_at = NULL
  WHERE queue = %(queue)s AND state = 'dead'
 RETURNING id, queue
 
--- name: cancel_job
+-- name: cancel_job :maybe
 UPDATE pgfleet.jobs SET state = 'cancelled', finished_at = now()
  WHERE id = %(id)s AND state = 'queued'
 RETURNING id
 
--- name: notify_queue
-SELECT pg_notify('pgfleet_jobs', %(queue)s)
+-- name: notify_queue :exec
+SELECT FROM pgfleet.notify_queue(%(queue)s)
 
--- name: set_paused
+-- name: set_paused :exec
 INSERT INTO pgfleet.queues (name, paused, updated_at) VALUES (%(queue)s, %(paused)s, now())
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now()
 
--- name: get_job
+-- name: get_job :maybe
 SELECT id, queue, task, args, state::text, priority, run_at, attempt, max_attempts,
        lease_holder, lease_expires_at, created_at, started_at, finished_at, last_error,
        errors, unique_key
   FROM pgfleet.jobs WHERE id = %(id)s
 
--- name: list_jobs
+-- name: list_jobs :many
 SELECT id, queue, task, state::text, priority, run_at, attempt, max_attempts, created_at,
        finished_at, last_error
   FROM pgfleet.jobs
@@ -186,56 +182,57 @@ SELECT id, queue, task, state::text, priority, run_at, attempt, max_attempts, cr
  ORDER BY id DESC
  LIMIT %(limit)s
 
--- name: register_process
+-- name: register_process :exec
 INSERT INTO pgfleet.processes (id, host, pid, kind, queue, supervisor)
 VALUES (%(id)s, %(host)s, %(pid)s, %(kind)s, %(queue)s, %(supervisor)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
 
--- name: heartbeat_process
+-- name: heartbeat_process :exec
 UPDATE pgfleet.processes SET heartbeat_at = now() WHERE id = %(id)s
 
--- name: unregister_process
+-- name: unregister_process :exec
 DELETE FROM pgfleet.processes WHERE id = %(id)s
 
--- name: prune_processes
+-- name: prune_processes :exec
 DELETE FROM pgfleet.processes
  WHERE heartbeat_at < now() - make_interval(secs => %(stale_after)s)
 
--- name: queue_counts
+-- name: queue_counts :many
 -- Gauges for the metrics and `pgfleet status`. "queued" counts due jobs; future ones are
 -- "scheduled". One branch per state, so each reads only its own partial index and the
 -- finished history is never scanned.
-SELECT queue, CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END, count(*)
+SELECT queue, CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END AS state,
+       count(*) AS count
   FROM pgfleet.jobs WHERE state = 'queued' GROUP BY 1, 2
 UNION ALL
 SELECT queue, 'running', count(*) FROM pgfleet.jobs WHERE state = 'running' GROUP BY 1
 UNION ALL
 SELECT queue, 'dead', count(*) FROM pgfleet.jobs WHERE state = 'dead' GROUP BY 1
 
--- name: oldest_waiting
-SELECT queue, extract(epoch FROM now() - min(run_at))::float8
+-- name: oldest_waiting :many
+SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS seconds
   FROM pgfleet.jobs
  WHERE state = 'queued' AND run_at <= now()
  GROUP BY queue
 
--- name: paused_queues
+-- name: paused_queues :many
 SELECT name FROM pgfleet.queues WHERE paused
 
--- name: finished_last_minute
-SELECT queue, count(*) FROM pgfleet.jobs
+-- name: finished_last_minute :many
+SELECT queue, count(*) AS count FROM pgfleet.jobs
  WHERE state IN ('succeeded', 'dead') AND finished_at > now() - interval '1 minute'
  GROUP BY queue
 
--- name: processes
+-- name: processes :many
 SELECT id, host, pid, kind, queue, supervisor,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
   FROM pgfleet.processes ORDER BY host, kind, queue NULLS FIRST, pid
 
--- name: db_now
+-- name: db_now :scalar
 -- The scheduler's only clock: every host agrees on the server's time.
 SELECT now()
 
--- name: schedule_last_runs
+-- name: schedule_last_runs :many
 -- The latest recorded fire time of each named schedule (NULL if it never fired), one
 -- index probe per schedule on schedule_runs_latest_idx.
 SELECT s.name, r.fire_time
@@ -244,14 +241,14 @@ SELECT s.name, r.fire_time
         SELECT fire_time FROM pgfleet.schedule_runs
          WHERE schedule = s.name ORDER BY fire_time DESC LIMIT 1) r ON true
 
--- name: schedule_run_insert
+-- name: schedule_run_insert :maybe
 -- The cross-host arbiter: the second insert of a (schedule, fire time) returns no row,
 -- after waiting for the first one's transaction if that is still open.
 INSERT INTO pgfleet.schedule_runs (schedule, fire_time) VALUES (%(schedule)s, %(fire_time)s)
 ON CONFLICT (schedule, fire_time) DO NOTHING
 RETURNING fire_time
 
--- name: schedule_run_enqueue
+-- name: schedule_run_enqueue :one
 -- Runs in the transaction of schedule_run_insert: the job and its run record commit
 -- together or not at all. run_at NULL means now(), so a late catch-up runs at once.
 UPDATE pgfleet.schedule_runs
@@ -260,21 +257,22 @@ UPDATE pgfleet.schedule_runs
  WHERE schedule = %(schedule)s AND fire_time = %(fire_time)s
 RETURNING job_id
 
--- name: schedule_last_run_jobs
+-- name: schedule_last_run_jobs :many
 -- `pgfleet cron list`: each schedule's latest run and the state of its job (NULL once the
 -- job was pruned).
-SELECT s.name, r.fire_time, r.job_id, j.state::text
+SELECT s.name, r.fire_time, r.job_id, j.state::text AS state
   FROM unnest(%(names)s::text[]) AS s(name)
   LEFT JOIN LATERAL (
         SELECT fire_time, job_id FROM pgfleet.schedule_runs
          WHERE schedule = s.name ORDER BY fire_time DESC LIMIT 1) r ON true
   LEFT JOIN pgfleet.jobs j ON j.id = r.job_id
 
--- name: max_job_id
-SELECT coalesce(max(id), 0) FROM pgfleet.jobs
+-- name: max_job_id :scalar
+SELECT coalesce(max(id), 0) AS max_id FROM pgfleet.jobs
 
--- name: jobs_created_since
+-- name: jobs_created_since :many
 -- The enqueue counter without a counter row on the enqueue path: count ids past the last
 -- one seen (a range scan of the primary key). A transaction that commits after a pass
 -- with an id below the watermark is not counted; the undercount is that small window.
-SELECT queue, count(*), max(id) FROM pgfleet.jobs WHERE id > %(after)s GROUP BY queue
+SELECT queue, count(*) AS count, max(id) AS max_id FROM pgfleet.jobs WHERE id > %(after)s
+ GROUP BY queue

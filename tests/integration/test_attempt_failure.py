@@ -1,0 +1,110 @@
+"""What a failed attempt writes, through each query that fails one: a worker's
+complete_failed, the supervisor's rescue_holder and maintenance's rescue_expired. All three
+go through pgfleet.failed_attempt; each is checked on both branches (queued again, dead)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgfleet
+from pgfleet import store
+
+WORKER = "host-a:42:abc"
+Conn = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True)
+class Path:
+    fail: Callable[[Conn, int, int], None]  # (conn, job id, attempt)
+    last_error: str
+    logged_error: str  # the text kept in the errors history
+    retry_in: float  # seconds after now() a retried job is due
+
+
+def by_worker(final: bool) -> Path:
+    def fail(conn: Conn, job_id: int, attempt: int) -> None:
+        failure = store.Failure(id=job_id, attempt=attempt, error="boom", delay=7.5, final=final)
+        assert store.complete_failed(conn, worker=WORKER, failures=[failure]) != {}
+    return Path(fail, "boom", "boom", 7.5)
+
+
+def by_supervisor(conn: Conn, job_id: int, attempt: int) -> None:
+    assert store.rescue_holder(conn, worker=WORKER, error="worker died: SIGSEGV") != []
+
+
+def by_lease_expiry(conn: Conn, job_id: int, attempt: int) -> None:
+    conn.execute("UPDATE pgfleet.jobs SET lease_expires_at = now() - interval '1 second'"
+                 " WHERE id = %s", (job_id,))
+    assert store.rescue_expired(conn, limit=10) != []
+
+
+PATHS = {
+    "complete_failed": by_worker(final=False),
+    "rescue_holder": Path(by_supervisor, "worker died: SIGSEGV", "worker died: SIGSEGV", 0.0),
+    "rescue_expired": Path(by_lease_expiry, f"lease expired (worker {WORKER} stopped"
+                           " heartbeating)", f"lease expired (worker {WORKER})", 0.0),
+}
+
+
+def running_job(conn: Conn, max_attempts: int) -> tuple[int, int, datetime]:
+    """A job claimed by WORKER with one earlier error in its history: (id, attempt, the
+    run_at it was claimed at)."""
+    job_id = pgfleet.enqueue(conn, "noop", max_attempts=max_attempts)
+    conn.execute("UPDATE pgfleet.jobs SET errors = '[{\"earlier\": true}]' WHERE id = %s",
+                 (job_id,))
+    run_at = conn.execute("SELECT run_at FROM pgfleet.jobs WHERE id = %s",
+                          (job_id,)).fetchone()
+    [job] = store.claim(conn, queue="default", limit=1, worker=WORKER, lease=30)
+    assert job.id == job_id and run_at is not None
+    return job_id, job.attempt, run_at[0]
+
+
+def fail_in_one_transaction(conn: Conn, path: Path, job_id: int, attempt: int
+                            ) -> tuple[dict[str, Any], datetime, str]:
+    """Fail the attempt; the job's row, and now() and its JSON text as the failure saw
+    them (one transaction: one now())."""
+    with conn.transaction():
+        path.fail(conn, job_id, attempt)
+        now = conn.execute("SELECT now(), to_jsonb(now())").fetchone()
+    row = store.get_job(conn, job_id)
+    assert row is not None and now is not None
+    return row, now[0], now[1]
+
+
+@pytest.mark.parametrize("attempts_left", [True, False], ids=["queued-again", "dead"])
+@pytest.mark.parametrize("name", PATHS)
+def test_a_failed_attempt(conn: Conn, name: str, attempts_left: bool) -> None:
+    path = PATHS[name]
+    job_id, attempt, run_at = running_job(conn, max_attempts=2 if attempts_left else 1)
+    row, now, now_json = fail_in_one_transaction(conn, path, job_id, attempt)
+    if attempts_left:  # due again after the path's delay
+        expected = ("queued", now + timedelta(seconds=path.retry_in), None)
+    else:  # run_at kept: when the last attempt was due
+        expected = ("dead", run_at, now)
+    assert (row["state"], row["run_at"], row["finished_at"]) == expected
+    assert (row["attempt"], row["lease_holder"], row["lease_expires_at"]) == (1, None, None)
+    assert row["last_error"] == path.last_error
+    assert row["errors"] == [{"earlier": True},
+                             {"attempt": 1, "at": now_json, "error": path.logged_error}]
+
+
+def test_a_final_error_is_dead_with_attempts_left(conn: Conn) -> None:
+    job_id, attempt, run_at = running_job(conn, max_attempts=5)
+    row, now, _ = fail_in_one_transaction(conn, by_worker(final=True), job_id, attempt)
+    assert (row["state"], row["finished_at"], row["run_at"]) == ("dead", now, run_at)
+
+
+def test_a_failure_of_an_attempt_taken_over_changes_nothing(conn: Conn) -> None:
+    job_id, attempt, _ = running_job(conn, max_attempts=3)
+    before = store.get_job(conn, job_id)
+    failure = store.Failure(id=job_id, attempt=attempt + 1, error="late", delay=0, final=False)
+    assert store.complete_failed(conn, worker=WORKER, failures=[failure]) == {}
+    assert store.complete_failed(conn, worker="another", failures=[
+        store.Failure(id=job_id, attempt=attempt, error="late", delay=0, final=False)]) == {}
+    assert store.get_job(conn, job_id) == before
