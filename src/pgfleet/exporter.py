@@ -26,7 +26,7 @@ from pgfleet import __version__, metrics, metrics_files, migrations
 from pgfleet.config import Config, parse_listen
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
-from pgfleet.liveness import Beacon
+from pgfleet.supervisor.beacon import Beacon
 
 log = logging.getLogger("pgfleet.exporter")
 

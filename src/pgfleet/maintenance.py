@@ -17,7 +17,7 @@ from pgfleet import metrics, store
 from pgfleet.config import Config
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
-from pgfleet.liveness import Beacon
+from pgfleet.supervisor.beacon import Beacon
 
 log = logging.getLogger("pgfleet.maintenance")
 

@@ -40,7 +40,7 @@ from pgfleet.config import Config, Schedule
 from pgfleet.cron import fire_times_after, previous_fire_time
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
-from pgfleet.liveness import Beacon
+from pgfleet.supervisor.beacon import Beacon
 
 log = logging.getLogger("pgfleet.scheduler")
 

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from pgfleet.config import Config
-from pgfleet.liveness import Beacon
+from pgfleet.supervisor.beacon import Beacon
 
 log = logging.getLogger("pgfleet.children")
 
@@ -44,28 +44,20 @@ def run(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
 
 
 def run_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
-    from pgfleet.backoff import Backoff
-    from pgfleet.process import EXIT_START_FAILED, set_title
+    from pgfleet.child import set_title
+    from pgfleet.supervisor.exit_codes import EXIT_START_FAILED
     from pgfleet.tasks import load_registry
-    from pgfleet.worker import Worker, WorkerSettings
+    from pgfleet.worker import Worker, build_settings
 
     assert slot.queue is not None
-    queue = config.queues[slot.queue]
     try:
         registry = load_registry(config.task_modules(slot.queue))
     except Exception as exc:
         log.error("worker of queue %r cannot import its tasks: %s: %s", slot.queue,
                   type(exc).__name__, exc)
         return EXIT_START_FAILED
-    b = queue.backoff
-    worker = Worker(WorkerSettings(
-        dsn=dsn, queue=slot.queue, registry=registry, threads=queue.threads,
-        prefetch=queue.prefetch, poll_interval=config.queue_poll_interval(slot.queue),
-        notify=config.notify, lease=config.supervisor.lease,
-        heartbeat_interval=config.supervisor.heartbeat_interval, timeout=queue.timeout,
-        kill_grace=queue.kill_grace, shutdown_timeout=config.supervisor.shutdown_timeout,
-        backoff=Backoff(initial=b.initial, max=b.max, factor=b.factor, jitter=b.jitter),
-        max_jobs=queue.max_jobs, max_memory=queue.max_memory, worker_id=me.worker_id,
+    worker = Worker(build_settings(
+        config, slot.queue, dsn=dsn, registry=registry, worker_id=me.worker_id,
         supervisor_id=me.supervisor_id,
         title=lambda status: set_title(f"{me.title}: {status}"), beacon=me.beacon,
     ))

@@ -21,11 +21,14 @@ from pathlib import Path
 
 from prometheus_client import multiprocess
 
-from pgfleet import children, metrics, process
-from pgfleet.children import Slot
+from pgfleet import metrics
+from pgfleet.child import run_child, set_title
 from pgfleet.config import Config, ConfigError, load_config
-from pgfleet.liveness import BeaconBoard
-from pgfleet.process import EXIT_LEASE_LOST, EXIT_RECYCLE, EXIT_START_FAILED, EXIT_TIMEOUT
+from pgfleet.supervisor import children
+from pgfleet.supervisor.beacon import BeaconBoard
+from pgfleet.supervisor.children import Slot
+from pgfleet.supervisor.exit_codes import EXIT_CRASHED, EXIT_OK, exit_reason, signal_name
+from pgfleet.supervisor.rescue_pipe import RescuePipe
 
 log = logging.getLogger("pgfleet.supervisor")
 
@@ -74,8 +77,7 @@ class Supervisor:
         self.stop_deadline = 0.0
         self.board = BeaconBoard(BOARD_SLOTS)
         self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
-        self.rescue_read, self.rescue_write = os.pipe()
-        os.set_blocking(self.rescue_write, False)
+        self.rescue = RescuePipe()
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
@@ -96,7 +98,7 @@ class Supervisor:
             sig = self.signals.pop(0)
             if sig == signal.SIGCHLD:
                 continue
-            name = signal.Signals(sig).name
+            name = signal_name(sig)
             if sig == signal.SIGTERM:
                 self._begin_stop("graceful" if not self.stopping else "kill", name)
             elif sig in (signal.SIGINT, signal.SIGQUIT):
@@ -117,10 +119,22 @@ class Supervisor:
     # ---- main loop -------------------------------------------------------------------
 
     def run(self) -> int:
-        process.set_title(f"pgfleet supervisor -c {self.config_path}")
+        set_title(f"pgfleet supervisor -c {self.config_path}")
         self.install_signal_handlers()
         log.info("supervisor %s starting: %d queue(s), pid %d", self.supervisor_id,
                  len(self.config.queues), os.getpid())
+        try:
+            self._loop()
+        except BaseException:
+            # The top-level guard: whatever broke, the children must not be orphaned
+            # (they would keep running jobs nobody supervises).
+            log.exception("supervisor failed; stopping its children")
+            self._stop_children_now()
+            return EXIT_CRASHED
+        log.info("supervisor stopped")
+        return EXIT_OK
+
+    def _loop(self) -> None:
         while True:
             self._handle_signals()
             self._reap()
@@ -131,8 +145,28 @@ class Supervisor:
                 self._check_heartbeats()
                 self._spawn_missing()
             self._sleep()
-        log.info("supervisor stopped")
-        return 0
+
+    def _stop_children_now(self) -> None:
+        """Quick stop for every child, then SIGKILL for what is left after STOP_MARGIN;
+        each step guarded, since the state that broke the loop may be odd."""
+        for pid in list(self.children):
+            self._kill_quietly(pid, signal.SIGINT)
+        deadline = time.monotonic() + STOP_MARGIN
+        while self.children and time.monotonic() < deadline:
+            try:
+                self._reap()
+            except Exception:
+                log.exception("reaping failed while stopping")
+                break
+            time.sleep(LOOP_TICK)
+        for pid in list(self.children):
+            self._kill_quietly(pid, signal.SIGKILL)
+
+    def _kill_quietly(self, pid: int, sig: int) -> None:
+        try:
+            self._kill(pid, sig)
+        except OSError:
+            log.exception("could not signal pid %d", pid)
 
     def _sleep(self) -> None:
         # A signal writes to wake_write (set_wakeup_fd), which ends the wait at once.
@@ -196,17 +230,15 @@ class Supervisor:
     def _become_child(self, slot: Slot, board_index: int) -> None:
         os.close(self.wake_read)
         os.close(self.wake_write)
-        if slot.kind != "maintenance":
-            os.close(self.rescue_read)
-        os.close(self.rescue_write)
+        self.rescue.close(keep_reader=slot.kind == "maintenance")
         identity = children.Identity(
             worker_id=f"{self.host}:{os.getpid()}:{self.token}",
             supervisor_id=self.supervisor_id, supervisor_pid=os.getppid(),
             title=describe(slot, self._count(slot.queue)),
-            beacon=self.board.beacon(board_index), rescue_fd=self.rescue_read,
+            beacon=self.board.beacon(board_index), rescue_fd=self.rescue.read_fd,
         )
         config, dsn = self.config, self.dsn
-        process.run_child(identity.title, lambda: children.run(config, dsn, slot, identity))
+        run_child(identity.title, lambda: children.run(config, dsn, slot, identity))
 
     # ---- reaping ---------------------------------------------------------------------
 
@@ -241,10 +273,7 @@ class Supervisor:
         """Tell the maintenance process to give back what the dead worker held. The
         write never blocks the arbiter: if the pipe were ever full, the lease expiry
         rescues the jobs instead."""
-        line = f"{child.worker_id}\tworker died: {reason}\n".encode()
-        try:
-            os.write(self.rescue_write, line)
-        except BlockingIOError:
+        if not self.rescue.request(child.worker_id, f"worker died: {reason}"):
             log.warning("rescue pipe full; jobs of %s wait for their lease", child.worker_id)
 
     def _count_restart(self, slot: Slot, reason: str, was_ready: bool) -> None:
@@ -389,24 +418,3 @@ def describe(slot: Slot, count: int) -> str:
     if slot.kind == "worker":
         return f"pgfleet worker {slot.queue} {slot.index + 1}/{count}"
     return f"pgfleet {slot.kind}"
-
-
-def exit_reason(status: int, killed_for: str | None) -> tuple[str, str]:
-    """(text for the log and the job's error, reason label for the restart metric)."""
-    if os.WIFSIGNALED(status):
-        name = signal.Signals(os.WTERMSIG(status)).name
-        if killed_for:
-            return f"{name} ({killed_for})", "stale" if "stale" in killed_for else "killed"
-        return name, "crashed"
-    code = os.WEXITSTATUS(status)
-    if code == 0:
-        return "exit code 0", "exited"
-    if code == EXIT_RECYCLE:
-        return "recycled", "recycled"
-    if code == EXIT_TIMEOUT:
-        return "job timeout", "timeout"
-    if code == EXIT_START_FAILED:
-        return "start-up failed", "start_failed"
-    if code == EXIT_LEASE_LOST:
-        return "could not renew its leases", "lease_lost"
-    return f"exit code {code}", "crashed"
