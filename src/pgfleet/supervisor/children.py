@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 from pgfleet.config import Config
 from pgfleet.supervisor.beacon import Beacon
 
 log = logging.getLogger("pgfleet.children")
+
+
+class Runnable(Protocol):
+    """What every child is (pgfleet.child.ChildProcess); named here so the arbiter's
+    module does not import the child base's dependencies."""
+
+    def install_signal_handlers(self) -> None: ...
+
+    def run(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -32,20 +42,40 @@ class Identity:
 
 
 def run(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
+    """Build the child of `slot`, give it its signal handlers and run it."""
+    from pgfleet.supervisor.exit_codes import EXIT_START_FAILED
+
+    child = build(config, dsn, slot, me)
+    if child is None:
+        return EXIT_START_FAILED
+    child.install_signal_handlers()
+    return child.run()
+
+
+def build(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None:
     if slot.kind == "worker":
-        return run_worker(config, dsn, slot, me)
+        return build_worker(config, dsn, slot, me)
     if slot.kind == "maintenance":
-        return run_maintenance(config, dsn, me)
+        from pgfleet.maintenance import Maintenance
+
+        return Maintenance(
+            config, dsn, supervisor_id=me.supervisor_id, supervisor_pid=me.supervisor_pid,
+            rescue_fd=me.rescue_fd, beacon=me.beacon, own_id=me.worker_id,
+        )
     if slot.kind == "scheduler":
-        return run_scheduler(config, dsn, me)
+        from pgfleet.scheduler import Scheduler
+
+        return Scheduler(config, dsn, beacon=me.beacon)
     if slot.kind == "exporter":
-        return run_exporter(config, dsn, me)
+        from pgfleet.exporter import Exporter
+
+        return Exporter(config, dsn, beacon=me.beacon, supervisor_pid=me.supervisor_pid)
     raise ValueError(f"unknown child kind {slot.kind!r}")
 
 
-def run_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
+def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None:
+    """A worker of the slot's queue; None (logged) if its task modules do not import."""
     from pgfleet.child import set_title
-    from pgfleet.supervisor.exit_codes import EXIT_START_FAILED
     from pgfleet.tasks import load_registry
     from pgfleet.worker import Worker, build_settings
 
@@ -55,32 +85,9 @@ def run_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
     except Exception as exc:
         log.error("worker of queue %r cannot import its tasks: %s: %s", slot.queue,
                   type(exc).__name__, exc)
-        return EXIT_START_FAILED
-    worker = Worker(build_settings(
+        return None
+    return Worker(build_settings(
         config, slot.queue, dsn=dsn, registry=registry, worker_id=me.worker_id,
         supervisor_id=me.supervisor_id,
         title=lambda status: set_title(f"{me.title}: {status}"), beacon=me.beacon,
     ))
-    worker.install_signal_handlers()
-    return worker.run()
-
-
-def run_maintenance(config: Config, dsn: str, me: Identity) -> int:
-    from pgfleet.maintenance import Maintenance
-
-    return Maintenance(
-        config, dsn, supervisor_id=me.supervisor_id, supervisor_pid=me.supervisor_pid,
-        rescue_fd=me.rescue_fd, beacon=me.beacon, own_id=me.worker_id,
-    ).run()
-
-
-def run_scheduler(config: Config, dsn: str, me: Identity) -> int:
-    from pgfleet.scheduler import Scheduler
-
-    return Scheduler(config, dsn, beacon=me.beacon).run()
-
-
-def run_exporter(config: Config, dsn: str, me: Identity) -> int:
-    from pgfleet.exporter import Exporter
-
-    return Exporter(config, dsn, beacon=me.beacon, supervisor_pid=me.supervisor_pid).run()
