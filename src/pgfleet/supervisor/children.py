@@ -41,7 +41,39 @@ class Identity:
     rescue_fd: int
 
 
-def run(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
+def desired_slots(config: Config, extra_processes: int) -> list[Slot]:
+    """Every child the config asks for; TTIN/TTOU move each queue by `extra_processes`."""
+    slots = [Slot("maintenance")]
+    if config.schedules:
+        slots.append(Slot("scheduler"))
+    if config.metrics.enabled:
+        slots.append(Slot("exporter"))
+    for name in config.queues:
+        count = worker_count(config, name, extra_processes)
+        slots.extend(Slot("worker", name, i) for i in range(count))
+    return slots
+
+
+def worker_count(config: Config, queue: str | None, extra_processes: int) -> int:
+    """Workers of `queue` wanted now (1 for a helper or a queue no longer configured)."""
+    if queue is None or queue not in config.queues:
+        return 1
+    return max(1, config.queues[queue].processes + extra_processes)
+
+
+def label(slot: Slot) -> str:
+    """A child's name in log lines: `worker emails#2`, `maintenance`."""
+    return f"worker {slot.queue}#{slot.index + 1}" if slot.kind == "worker" else slot.kind
+
+
+def describe(slot: Slot, count: int) -> str:
+    """A child's process title: `pgfleet worker emails 2/4`."""
+    if slot.kind == "worker":
+        return f"pgfleet worker {slot.queue} {slot.index + 1}/{count}"
+    return f"pgfleet {slot.kind}"
+
+
+def run_slot(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
     """Build the child of `slot`, give it its signal handlers and run it."""
     from pgfleet.supervisor.exit_codes import EXIT_START_FAILED
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pgfleet import context, store
-from pgfleet.tasks import PermanentError, Task
+from pgfleet import context, metrics, store
+from pgfleet.tasks import PermanentError, Registry, Task
 
 log = logging.getLogger("pgfleet.worker")
 
@@ -102,9 +102,15 @@ class Executor:
             thread.start()
             self.threads.append(thread)
 
-    def submit(self, running: Running) -> None:
-        self.running[running.job.id] = running
+    def submit(self, job: store.ClaimedJob, registry: Registry, default_timeout: float) -> str:
+        """Queue a claimed job for the threads; returns its task label for the metrics."""
+        task = registry.get(job.task)
+        label = job.task if task is not None else metrics.UNKNOWN_TASK_LABEL
+        timeout = (task.timeout if task and task.timeout else None) or default_timeout
+        running = Running(job=job, task=task, label=label, timeout=timeout)
+        self.running[job.id] = running
         self.todo.put(running)
+        return label
 
     def release(self, job_id: int) -> None:
         """The job's outcome is committed (or given up): its slot is free."""

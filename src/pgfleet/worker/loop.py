@@ -43,9 +43,13 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
 
 
-def rss_bytes() -> int:
+def over_memory(max_memory: int | None) -> str | None:
+    """Why the worker should recycle for its memory use, or None."""
+    if not max_memory:
+        return None
     with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        rss = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return f"RSS {rss} bytes over max_memory {max_memory}" if rss > max_memory else None
 
 
 def jittered_limit(max_jobs: int | None) -> int | None:
@@ -85,7 +89,7 @@ class Worker(ChildProcess):
 
     @property
     def running(self) -> dict[int, Running]:
-        """The jobs this worker holds, by id (claimed, running, or awaiting their commit)."""
+        """The jobs held, by id: claimed, running or awaiting their commit."""
         return self.executor.running
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -265,22 +269,15 @@ class Worker(ChildProcess):
         self.events.polls += 1
         started: Counter[str] = Counter()
         for job in jobs:
-            task = self.s.registry.get(job.task)
-            label = job.task if task is not None else metrics.UNKNOWN_TASK_LABEL
-            timeout = (task.timeout if task and task.timeout else None) or self.s.timeout
             self.metric(metrics.job_wait, self.s.queue).observe(max(0.0, job.wait_seconds))
-            self.executor.submit(Running(job=job, task=task, label=label, timeout=timeout))
-            started[label] += 1
+            started[self.executor.submit(job, self.s.registry, self.s.timeout)] += 1
         for label, count in started.items():
             self.metric(metrics.jobs_started, self.s.queue, label).inc(count)
 
     def _renew(self) -> None:
         assert self.conn is not None
         self.leases.renew(self.conn, self.executor)
-        if self.s.max_memory and not self.recycle_reason:
-            rss = rss_bytes()
-            if rss > self.s.max_memory:
-                self.recycle_reason = f"RSS {rss} bytes over max_memory {self.s.max_memory}"
+        self.recycle_reason = self.recycle_reason or over_memory(self.s.max_memory)
 
     # ---- timeouts and leases, with or without the database ---------------------------------
 
