@@ -446,10 +446,10 @@ _BUCKETS = [
     ("claim (store.claim)", "claim (pgfleet/store.py"),
     ("complete (store.complete_succeeded)", "complete_succeeded (pgfleet/store.py"),
     ("complete_failed", "complete_failed (pgfleet/store.py"),
-    ("heartbeat", "_heartbeat (pgfleet/worker.py"),
-    ("idle wait (wake.wait)", "_loop (pgfleet/worker.py"),
-    ("dispatch/metrics", "_dispatch (pgfleet/worker.py"),
-    ("account/metrics", "_account (pgfleet/worker.py"),
+    ("heartbeat", "renew (pgfleet/worker/leases.py"),
+    ("idle wait (wakeup.wait)", "wait (pgfleet/child.py"),
+    ("dispatch/metrics", "_hand_out (pgfleet/worker/loop.py"),
+    ("account/metrics", "_account (pgfleet/worker/completer.py"),
 ]
 
 

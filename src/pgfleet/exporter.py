@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -23,14 +22,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from pgfleet import __version__, metrics, metrics_files, migrations
+from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.config import Config, parse_listen
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
-from pgfleet.liveness import Beacon
+from pgfleet.supervisor.beacon import Beacon
 
 log = logging.getLogger("pgfleet.exporter")
 
-BEAT_EVERY = 0.2
 # A client that stops sending or reading holds a handler thread at most this long.
 SOCKET_TIMEOUT = 10.0
 # Handler threads at once; further connections wait in the listen backlog.
@@ -137,15 +136,13 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class Exporter:
+class Exporter(ChildProcess):
     def __init__(self, config: Config, dsn: str, beacon: Beacon | None = None,
                  supervisor_pid: int | None = None) -> None:
+        super().__init__(beacon)
         self.config = config
         self.dsn = dsn
-        self.beacon = beacon
         self.supervisor_pid = supervisor_pid
-        self.stopping = False
-        self.parent = os.getppid()
         self.multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
         self.scrape_lock = threading.Lock()
         self._ready_lock = threading.Lock()
@@ -156,8 +153,6 @@ class Exporter:
     # ---- the process ---------------------------------------------------------------
 
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, self._stop)
         listen = self.config.metrics.listen
         host, port = parse_listen(listen)
         try:
@@ -178,20 +173,16 @@ class Exporter:
         thread.start()
         try:
             while not self.stopping:
-                if self.beacon is not None:
-                    self.beacon.beat(0)
-                if os.getppid() != self.parent:
+                self.beat()
+                if self.parent_gone():
                     log.info("exporter: the supervisor is gone; stopping")
                     break
-                time.sleep(BEAT_EVERY)
+                self.wakeup.wait(BEAT_EVERY)
         finally:
             server.closing = True
             server.shutdown()
             server.server_close()
         return 0
-
-    def _stop(self, *_: object) -> None:
-        self.stopping = True
 
     # ---- endpoints -----------------------------------------------------------------
 

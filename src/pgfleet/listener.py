@@ -8,7 +8,6 @@ while it was away are lost and the worker must poll to catch up.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from pgfleet.child import Reconnect
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
 
@@ -42,26 +42,27 @@ class Listener:
         self.stopping.set()
 
     def _run(self) -> None:
-        delay = 0.0
+        reconnect = Reconnect()
         while not self.stopping.is_set():
             try:
-                self._listen()
+                self._listen(reconnect)
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 if self.stopping.is_set():
                     return
-                delay = min(10.0, max(0.1, delay * 2))
+                delay = reconnect.failed()
                 log.warning("listener connection lost (%s); reconnecting in %.1fs",
                             scrub(str(exc).strip().splitlines()[0] if str(exc) else "", self.dsn),
                             delay)
-                self.stopping.wait(random.uniform(delay / 2, delay))
+                self.stopping.wait(delay)
             finally:
                 if self.conn is not None:
                     self.conn.close()
                     self.conn = None
 
-    def _listen(self) -> None:
+    def _listen(self, reconnect: Reconnect) -> None:
         self.conn = connect(self.dsn, autocommit=True)
         self.conn.execute(f"LISTEN {CHANNEL}")
+        reconnect.succeeded()
         self.on_notify(WAKE_ALL)
         next_probe = time.monotonic() + PROBE_INTERVAL
         while not self.stopping.is_set():

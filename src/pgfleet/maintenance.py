@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
-import signal
 import socket
 import time
 from typing import Any
@@ -14,10 +12,12 @@ from typing import Any
 import psycopg
 
 from pgfleet import metrics, store
+from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.config import Config
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
-from pgfleet.liveness import Beacon
+from pgfleet.supervisor.beacon import Beacon
+from pgfleet.supervisor.rescue_pipe import RescueReader
 
 log = logging.getLogger("pgfleet.maintenance")
 
@@ -25,48 +25,42 @@ RESCUE_BATCH = 1000
 PRUNE_EVERY = 60.0
 
 
-class Maintenance:
+class Maintenance(ChildProcess):
     def __init__(self, config: Config, dsn: str, *, supervisor_id: str, supervisor_pid: int,
                  rescue_fd: int, beacon: Beacon | None, own_id: str = "") -> None:
+        super().__init__(beacon)
         self.config = config
         self.dsn = dsn
         self.supervisor_id = supervisor_id
         self.supervisor_pid = supervisor_pid
         self.own_id = own_id or f"{socket.gethostname()}:{os.getpid()}:maintenance"
-        self.rescue_fd = rescue_fd
-        self.beacon = beacon
-        self.stopping = False
-        self.buffer = b""
+        self.rescue = RescueReader(rescue_fd)
         self.to_rescue: list[tuple[str, str]] = []
         self.conn: psycopg.Connection[Any] | None = None
         self.next_prune = 0.0
         self.next_heartbeat = 0.0
-        self.parent = os.getppid()
         self.seen_job_id: int | None = None
 
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, self._stop)
-        os.set_blocking(self.rescue_fd, False)
-        delay = 0.1
-        while not self.stopping:
-            if self.beacon is not None:
-                self.beacon.beat(0)
-            if os.getppid() != self.parent:
-                break
-            self._read_requests(self.config.maintenance.interval)
+        while not self.stopping and not self.parent_gone():
+            self.beat()
+            self.read_requests(self.config.maintenance.interval)
             try:
                 self.pass_once()
-                delay = 0.1
             except (psycopg.Error, DatabaseUnavailable) as exc:
-                log.warning("maintenance pass failed: %s", scrub(str(exc).strip(), self.dsn))
                 if self.conn is not None:
                     self.conn.close()
                 self.conn = None
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                delay = self.reconnect.failed()
+                log.warning("maintenance pass failed (retrying in %.1fs): %s", delay,
+                            scrub(str(exc).strip(), self.dsn))
+                # Beating while it waits: an outage must not look like a frozen process.
+                self.pause(delay)
+                continue
+            if self.reconnect.succeeded():
+                log.info("maintenance reconnected to the database")
         # Last requests (a worker killed during shutdown) are still honoured.
-        self._read_requests(0.0)
+        self.read_requests(0.0)
         try:
             self._rescue_requested()
         except (psycopg.Error, DatabaseUnavailable) as exc:
@@ -74,28 +68,23 @@ class Maintenance:
         self._unregister()
         return 0
 
-    def _stop(self, *_: object) -> None:
-        self.stopping = True
-
-    def _read_requests(self, wait: float) -> None:
-        """The master writes 'WORKER_ID<TAB>REASON' lines when it reaps a worker."""
-        ready, _, _ = select.select([self.rescue_fd], [], [], wait)
-        if not ready:
-            return
-        try:
-            chunk = os.read(self.rescue_fd, 65536)
-        except BlockingIOError:
-            return
-        self.buffer += chunk
-        *lines, self.buffer = self.buffer.split(b"\n")
-        for line in lines:
-            worker, _, reason = line.decode("utf-8", "replace").partition("\t")
-            if worker:
-                self.to_rescue.append((worker, reason or "worker died"))
+    def read_requests(self, wait: float) -> None:
+        """Wait up to `wait` seconds (beating) for the arbiter to name dead workers on the
+        rescue pipe; returns as soon as some are named, or when stopped."""
+        deadline = time.monotonic() + wait
+        while True:
+            self.beat()
+            left = deadline - time.monotonic()
+            if self.wakeup.wait(min(max(left, 0.0), BEAT_EVERY), self.rescue.fd):
+                self.to_rescue.extend(self.rescue.read())
+                return
+            if left <= BEAT_EVERY or self.stopping or self.parent_gone():
+                return
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self.conn is None or self.conn.closed:
-            self.conn = connect(self.dsn, autocommit=True)
+            with self.beating():
+                self.conn = connect(self.dsn, autocommit=True)
         return self.conn
 
     def pass_once(self) -> None:

@@ -22,10 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import random
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,17 +31,16 @@ from typing import Any
 import psycopg
 
 from pgfleet import metrics, store
+from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.client import DEFAULT_MAX_ATTEMPTS
 from pgfleet.config import Config, ScheduleConfig
 from pgfleet.cron import fire_times_after, previous_fire_time
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
-from pgfleet.liveness import Beacon
+from pgfleet.supervisor.beacon import Beacon
 
 log = logging.getLogger("pgfleet.scheduler")
 
-# The supervisor counts a child stale without a beat; waits are cut to this length.
-BEAT_EVERY = 0.5
 # Passes happen at every fire time and at least this often (metrics, other hosts' runs).
 REFRESH = 5.0
 # A gap between two successful passes longer than this is downtime, not a slow loop.
@@ -67,12 +62,12 @@ class Fired:
     job_id: int
 
 
-class Scheduler:
+class Scheduler(ChildProcess):
     def __init__(self, config: Config, dsn: str, beacon: Beacon | None = None, *,
                  fire_hook: FireHook | None = None) -> None:
+        super().__init__(beacon)
         self.config = config
         self.dsn = dsn
-        self.beacon = beacon
         # Called inside each fire transaction between its two writes; tests make it raise
         # to show that a crash there leaves nothing behind.
         self.fire_hook = fire_hook
@@ -80,8 +75,6 @@ class Scheduler:
             name: s for name, s in config.schedules.items() if s.enabled
         }
         self.conn: psycopg.Connection[Any] | None = None
-        self.stopping = threading.Event()
-        self.parent = os.getppid()
         # Database time of this scheduler's last successful pass over each schedule.
         self.seen: dict[str, datetime] = {}
         self.next_fire: dict[str, datetime] = {}
@@ -90,64 +83,32 @@ class Scheduler:
 
     # ------------------------------------------------------------------------ the loop
 
-    def request_stop(self) -> None:
-        self.stopping.set()
-
     def run(self) -> int:
         """Fire schedules until SIGTERM/SIGINT or the parent dies; returns the exit code."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
         log.info("scheduler started with %d enabled schedule(s)", len(self.schedules))
-        failures = 0
         anchor: tuple[datetime, float] | None = None  # (database now, monotonic) of a pass
         last_pass = float("-inf")
-        while not self._should_stop():
-            self._beat()
-            if not self.schedules:
-                self.stopping.wait(BEAT_EVERY)
-                continue
-            wait = self._time_to_next_pass(anchor, last_pass)
+        while not self.stopping and not self.parent_gone():
+            self.beat()
+            wait = self._time_to_next_pass(anchor, last_pass) if self.schedules else BEAT_EVERY
             if wait > 0:
-                self.stopping.wait(min(wait, BEAT_EVERY))
+                self.wakeup.wait(min(wait, BEAT_EVERY))
                 continue
             try:
                 anchor = self._pass()
             except (psycopg.Error, DatabaseUnavailable) as exc:
-                failures += 1
                 self._drop_connection()
-                delay = min(0.2 * 2 ** min(failures, 6), 10.0) * random.uniform(0.5, 1.0)
+                delay = self.reconnect.failed()
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 log.warning("scheduler pass failed (retrying in %.1fs): %s", delay,
                             scrub(text, self.dsn))
-                self._sleep(delay)
+                self.pause(delay)
                 continue
-            if failures:
+            if self.reconnect.succeeded():
                 log.info("scheduler reconnected to the database")
-            failures = 0
             last_pass = time.monotonic()
         self._drop_connection()
         return 0
-
-    def _on_signal(self, *_: object) -> None:
-        self.stopping.set()
-
-    def _should_stop(self) -> bool:
-        return self.stopping.is_set() or os.getppid() != self.parent
-
-    def _beat(self) -> None:
-        if self.beacon is not None:
-            self.beacon.beat(0)
-
-    def _sleep(self, seconds: float) -> None:
-        """Wait, beating at least every BEAT_EVERY seconds, until stopped."""
-        deadline = time.monotonic() + seconds
-        while not self._should_stop():
-            self._beat()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self.stopping.wait(min(left, BEAT_EVERY))
 
     def _time_to_next_pass(self, anchor: tuple[datetime, float] | None,
                            last_pass: float) -> float:
@@ -164,7 +125,8 @@ class Scheduler:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self.conn is None or self.conn.closed:
-            self.conn = connect(self.dsn, autocommit=True)
+            with self.beating():
+                self.conn = connect(self.dsn, autocommit=True)
         return self.conn
 
     def _drop_connection(self) -> None:

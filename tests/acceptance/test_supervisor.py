@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
 import pgfleet
+from pgfleet.supervisor.exit_codes import EXIT_CRASHED
 from tests.support.fleet import Fleet, alive, config_text, settle
 from tests.support.workers import scalar, states, wait_for
 
@@ -43,6 +48,30 @@ def test_sigkill_of_a_worker_mid_job(dsn: str, fleet: Callable[..., Fleet]) -> N
     assert record["attempt"] == 2
     assert record["errors"][0]["error"] == "worker died: SIGKILL"
     assert "exited: SIGKILL" in f.log()
+
+
+def test_a_realtime_signal_on_a_worker_does_not_take_the_supervisor_down(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    """Issue 13 item 2: `kill -35` on a worker made the reaper raise on signal.Signals(35);
+    the supervisor died and the worker's jobs were never sent to rescue."""
+    f = fleet({"default": {"processes": 1}})
+    [old] = f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 1.5})
+    wait_for(lambda: started(dsn, job_id) == 1)
+    realtime = signal.SIGRTMIN + 1  # 35 on Linux; its default action ends the process
+    os.kill(old, realtime)
+    wait_for(lambda: not alive(old))
+    [new] = f.wait_workers(1)
+    assert new != old
+    assert f.proc is not None and f.proc.poll() is None
+    # The rescue came from the reaped worker, not from a lease expiry (30 s away).
+    wait_for(lambda: job(dsn, job_id)["state"] == "succeeded")
+    record = job(dsn, job_id)
+    assert record["attempt"] == 2
+    assert record["errors"][0]["error"] == "worker died: SIGRTMIN+1"
+    assert "exited: SIGRTMIN+1" in f.log()
+    assert "Traceback" not in f.log()
 
 
 def test_sigkill_of_the_supervisor(dsn: str, fleet: Callable[..., Fleet]) -> None:
@@ -228,3 +257,50 @@ def test_json_logs_have_one_event_per_line(dsn: str, fleet: Callable[..., Fleet]
     assert any(m.startswith("spawned worker default#1") for m in messages)
     assert any("exited: SIGKILL" in m for m in messages)
     assert any(m == "supervisor stopped" for m in messages)
+
+
+BREAKABLE_SUPERVISOR = """
+import os, sys
+from pgfleet import logs
+from pgfleet.config import load_config
+from pgfleet.supervisor.arbiter import Supervisor
+
+logs.setup()
+path, dsn, trigger = sys.argv[1:4]
+supervisor = Supervisor(path, load_config(path), dsn)
+spawn = supervisor._spawn_missing
+
+def spawn_then_break():
+    spawn()
+    if os.path.exists(trigger):
+        raise RuntimeError("injected arbiter failure")
+
+supervisor._spawn_missing = spawn_then_break
+sys.exit(supervisor.run())
+"""
+
+
+def test_an_arbiter_failure_stops_the_children_and_exits_non_zero(
+    dsn: str, tmp_path: Path
+) -> None:
+    """Issue 13: a bug in the arbiter's loop must not leave its workers orphaned."""
+    config = tmp_path / "fleet.yaml"
+    config.write_text(config_text({"default": {"processes": 2}}))
+    trigger = tmp_path / "break"
+    with open(tmp_path / "fleet.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", BREAKABLE_SUPERVISOR, str(config), dsn, str(trigger)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            fleet = Fleet(dsn, tmp_path, config.read_text(), name="probe")
+            fleet.proc = proc
+            kids = list(fleet.wait_workers(2))
+            trigger.touch()
+            assert proc.wait(30) == EXIT_CRASHED
+            wait_for(lambda: not any(alive(pid) for pid in kids), timeout=10)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    text = (tmp_path / "fleet.log").read_text()
+    assert "supervisor failed; stopping its children" in text
+    assert text.count("RuntimeError: injected arbiter failure") == 1

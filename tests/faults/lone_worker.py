@@ -12,15 +12,15 @@ from prometheus_client import REGISTRY
 
 from pgfleet import logs
 from pgfleet.tasks import load_registry
-from pgfleet.worker import Worker, WorkerSettings
+from pgfleet.worker import Worker, build_settings
 from tests.faults.helpers import TASKS
 
 
 def main() -> int:
     logs.setup()
     dsn, lease = sys.argv[1], float(sys.argv[2])
-    worker = Worker(WorkerSettings(
-        dsn=dsn, queue="default", registry=load_registry(TASKS), poll_interval=0.2,
+    worker = Worker(build_settings(
+        None, "default", dsn=dsn, registry=load_registry(TASKS), poll_interval=0.2,
         lease=lease, heartbeat_interval=lease / 4, notify=False,
     ))
     worker.install_signal_handlers()

@@ -11,7 +11,7 @@ import pytest
 from tests.faults import books
 from tests.faults.conftest import Db
 from tests.faults.helpers import audited, enqueue, job_row, mixed_batch, wait_settled
-from tests.support.fleet import Fleet
+from tests.support.fleet import Fleet, settle
 from tests.support.workers import scalar, wait_for
 
 pytestmark = pytest.mark.faults
@@ -73,3 +73,29 @@ def test_a_claim_whose_answer_was_lost_is_not_held_forever(
     after = job_row(dsn, job_id)
     assert "lease expired" in after["last_error"]
     assert after["attempt"] == 1
+
+
+def test_an_outage_longer_than_stale_after_kills_no_child(
+        db: Db, cfleet: Callable[..., Fleet]) -> None:
+    """Issue 13 item 8: every child keeps beating while it waits for the database (its
+    connects and its backoff sleeps), so an outage of several stale_after periods is
+    ridden out in place; the maintenance process used to sleep unbeaten between failed
+    passes and was killed in every outage."""
+    dsn = db.dsn
+    f = cfleet({"default": {"processes": 1}}, schedules={
+        "tick": {"cron": "0 3 * * *", "task": "noop"}},
+        supervisor={"stale_after": "2s", "heartbeat_interval": "0.3s"})
+    f.wait_workers(1)
+    wait_for(lambda: len(f.children()) == 3)  # worker, maintenance, scheduler
+    before = f.children()
+    db.cluster.stop("fast")
+    try:
+        settle(15)  # past the 10 s cap of every reconnect backoff
+    finally:
+        db.cluster.start()
+    assert f.children() == before, f.log()[-3000:]
+    job_id = enqueue(dsn, [{"task": "noop"}])[0]
+    wait_for(lambda: job_row(dsn, job_id)["state"] == "succeeded", timeout=60)
+    log = f.log()
+    assert "has not beaten" not in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]

@@ -109,14 +109,17 @@ def test_a_late_outcome_is_refused_by_the_fence(
     try:
         # Attempt 1 sleeps then fails; attempt 2 succeeds. Unfenced, the late failure of
         # attempt 1 would send the running (then finished) job back to the queue.
-        job_id = pgfleet.enqueue(dsn, "faults.sleep_fail_first", {"seconds": 3.0})
+        job_id = pgfleet.enqueue(dsn, "faults.sleep_fail_first", {"seconds": 10.0})
         wait_for(lambda: runner_pid(dsn, job_id, 1) == lone.pid)
+        # The other host is up before the rescue: the lone worker, busy with attempt 1,
+        # must not be the one that claims attempt 2 (on a slow machine it could be).
+        f = cfleet({"default": {"processes": 1}})
+        f.wait_workers(1)
         with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
             # Expire and rescue in one transaction, so no renewal slips in between.
             conn.execute("UPDATE pgfleet.jobs SET lease_expires_at = now() - interval '1s'"
                          " WHERE id = %s", (job_id,))
             assert [r[0] for r in store.rescue_expired(conn, limit=10)] == [job_id]
-        f = cfleet({"default": {"processes": 1}})
         wait_for(lambda: runner_pid(dsn, job_id, 2) in f.workers(), timeout=30)
         wait_for(lambda: "lease lost" in out.read_text(), timeout=30)
         wait_for(lambda: job_row(dsn, job_id)["state"] == "succeeded", timeout=30)

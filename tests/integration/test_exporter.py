@@ -49,7 +49,9 @@ from pgfleet.exporter import Exporter
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 config = Config.model_validate({"queues": {"default": {}},
                                 "metrics": {"listen": sys.argv[1]}})
-sys.exit(Exporter(config, sys.argv[2], supervisor_pid=int(sys.argv[3])).run())
+exporter = Exporter(config, sys.argv[2], supervisor_pid=int(sys.argv[3]))
+exporter.install_signal_handlers()
+sys.exit(exporter.run())
 """
 
 

@@ -54,7 +54,7 @@ def test_a_reaped_worker_is_rescued_through_the_pipe(dsn: str) -> None:
                      " lease_holder = 'host-a:77:aa', lease_expires_at = now() + interval '1h'")
     m = maintenance(dsn)
     os.write(m.write_end, b"host-a:77:aa\tworker died: SIGKILL\n")  # type: ignore[attr-defined]
-    m._read_requests(1.0)
+    m.read_requests(1.0)
     m.pass_once()
     assert states(dsn) == {"queued": 1}
     assert scalar(dsn, "SELECT last_error FROM pgfleet.jobs WHERE id = %s",

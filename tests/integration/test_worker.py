@@ -118,7 +118,7 @@ def test_pause_and_resume_a_queue(dsn: str) -> None:
     subprocess.run([*run, "pause", "default"], check=True, capture_output=True)
     job_id = pgfleet.enqueue(dsn, "noop")
     with worker_thread(dsn, poll_interval=0.1) as worker:
-        wait_for(lambda: worker.next_poll > 0)
+        wait_for(lambda: worker.events.polls > 0)
         # Several polls pass; the paused queue yields nothing.
         threading.Event().wait(1.0)
         assert states(dsn) == {"queued": 1}
@@ -228,9 +228,9 @@ def test_a_worker_cut_off_from_the_database_stops_before_its_lease_expires(
 ) -> None:
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from pgfleet.process import EXIT_LEASE_LOST
+    from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST
     from pgfleet.tasks import load_registry
-    from pgfleet.worker import Worker, WorkerSettings
+    from pgfleet.worker import Worker, build_settings
     from tests.support.proxy import Proxy
     from tests.support.workers import TASKS
 
@@ -238,8 +238,8 @@ def test_a_worker_cut_off_from_the_database_stops_before_its_lease_expires(
     params = conninfo_to_dict(dsn)
     params.update(host="127.0.0.1", port=proxy.port)
     job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 30})
-    worker = Worker(WorkerSettings(
-        dsn=make_conninfo(**params), queue="default",
+    worker = Worker(build_settings(
+        None, "default", dsn=make_conninfo(**params),
         registry=load_registry([TASKS]),
         lease=3.0, heartbeat_interval=0.5, poll_interval=0.2, notify=False))
     result: list[int] = []
@@ -279,3 +279,45 @@ def test_a_job_whose_row_is_taken_away_is_stopped(
         wait_for(lambda: not worker.running, timeout=10)  # the spin ended long before 60 s
         assert "lease lost" in caplog.text
     assert scalar(dsn, "SELECT count(*) FROM audit WHERE event = 'finished'") == 0
+
+
+def test_a_timeout_is_enforced_while_the_database_is_unreachable(dsn: str) -> None:
+    """Issue 13 item 3: the loop once skipped timeout enforcement while its database step
+    failed, so a 1 s job ran on for as long as the outage lasted."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from pgfleet.tasks import load_registry
+    from pgfleet.worker import Worker, build_settings
+    from tests.support.proxy import Proxy
+    from tests.support.workers import TASKS
+
+    proxy = Proxy()
+    params = conninfo_to_dict(dsn)
+    params.update(host="127.0.0.1", port=proxy.port)
+    job_id = pgfleet.enqueue(dsn, "spin", {"seconds": 60}, max_attempts=1)
+    worker = Worker(build_settings(
+        None, "default", dsn=make_conninfo(**params), registry=load_registry([TASKS]),
+        timeout=1.0, heartbeat_interval=0.2, poll_interval=0.2, notify=False))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    try:
+        thread.start()
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s",
+                                (job_id,)) == 1)
+        proxy.cut()
+        # Only the proxy's refusals answer the worker now; the job is stopped regardless.
+        wait_for(lambda: worker.events.timeouts == 1, timeout=20)
+        wait_for(lambda: not worker.running or worker.completer.pending, timeout=20)
+        assert scalar(dsn, "SELECT state::text FROM pgfleet.jobs WHERE id = %s",
+                      (job_id,)) == "running"
+        proxy.restore()
+        wait_for(lambda: scalar(dsn, "SELECT state::text FROM pgfleet.jobs WHERE id = %s",
+                                (job_id,)) == "dead", timeout=30)
+        assert scalar(dsn, "SELECT last_error FROM pgfleet.jobs WHERE id = %s",
+                      (job_id,)).startswith("timed out after 1.0s")
+        assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s AND event = 'finished'",
+                      (job_id,)) == 0
+    finally:
+        worker.request_stop("quick")
+        thread.join(15)
+        proxy.close()
+    assert not thread.is_alive()

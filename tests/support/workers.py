@@ -15,7 +15,7 @@ import psycopg
 
 from pgfleet.backoff import Backoff
 from pgfleet.tasks import load_registry
-from pgfleet.worker import Worker, WorkerSettings
+from pgfleet.worker import Worker, build_settings
 
 TASKS = "tests.support.jobtasks"
 
@@ -24,8 +24,8 @@ TASKS = "tests.support.jobtasks"
 def worker_thread(dsn: str, queue: str = "default", **settings: Any) -> Iterator[Worker]:
     settings.setdefault("poll_interval", 0.2)
     settings.setdefault("backoff", Backoff(initial=0.05, max=0.2, jitter=0.0))
-    worker = Worker(WorkerSettings(dsn=dsn, queue=queue, registry=load_registry([TASKS]),
-                                   **settings))
+    worker = Worker(build_settings(None, queue, dsn=dsn,
+                                   registry=load_registry([TASKS]), **settings))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:

@@ -21,11 +21,21 @@ from pathlib import Path
 
 from prometheus_client import multiprocess
 
-from pgfleet import children, metrics, process
-from pgfleet.children import Slot
+from pgfleet.child import run_child, set_title
 from pgfleet.config import Config, ConfigError, load_config
-from pgfleet.liveness import BeaconBoard
-from pgfleet.process import EXIT_LEASE_LOST, EXIT_RECYCLE, EXIT_START_FAILED, EXIT_TIMEOUT
+from pgfleet.supervisor.beacon import BeaconBoard
+from pgfleet.supervisor.children import (
+    Identity,
+    Slot,
+    describe,
+    desired_slots,
+    label,
+    run_slot,
+    worker_count,
+)
+from pgfleet.supervisor.exit_codes import EXIT_CRASHED, EXIT_OK, exit_reason, signal_name
+from pgfleet.supervisor.rescue_pipe import RescuePipe
+from pgfleet.supervisor.restarts import Restarts
 
 log = logging.getLogger("pgfleet.supervisor")
 
@@ -49,15 +59,6 @@ class Child:
     stale_seen: int = 0
 
 
-@dataclass
-class QueueHealth:
-    """Start-up failures in a row and when the next start may happen."""
-
-    failures: int = 0
-    not_before: float = 0.0
-    failed: bool = False
-
-
 class Supervisor:
     def __init__(self, config_path: str | Path, config: Config, dsn: str) -> None:
         self.config_path = str(config_path)
@@ -67,15 +68,14 @@ class Supervisor:
         self.token = f"{random.getrandbits(32):08x}"
         self.supervisor_id = f"{self.host}:{os.getpid()}:{self.token}"
         self.children: dict[int, Child] = {}
-        self.health: dict[str, QueueHealth] = {}
+        self.restarts = Restarts()
         self.extra_processes = 0
         self.signals: list[int] = []
         self.stopping: str | None = None
         self.stop_deadline = 0.0
         self.board = BeaconBoard(BOARD_SLOTS)
         self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
-        self.rescue_read, self.rescue_write = os.pipe()
-        os.set_blocking(self.rescue_write, False)
+        self.rescue = RescuePipe()
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
@@ -96,7 +96,7 @@ class Supervisor:
             sig = self.signals.pop(0)
             if sig == signal.SIGCHLD:
                 continue
-            name = signal.Signals(sig).name
+            name = signal_name(sig)
             if sig == signal.SIGTERM:
                 self._begin_stop("graceful" if not self.stopping else "kill", name)
             elif sig in (signal.SIGINT, signal.SIGQUIT):
@@ -117,10 +117,22 @@ class Supervisor:
     # ---- main loop -------------------------------------------------------------------
 
     def run(self) -> int:
-        process.set_title(f"pgfleet supervisor -c {self.config_path}")
+        set_title(f"pgfleet supervisor -c {self.config_path}")
         self.install_signal_handlers()
         log.info("supervisor %s starting: %d queue(s), pid %d", self.supervisor_id,
                  len(self.config.queues), os.getpid())
+        try:
+            self._loop()
+        except BaseException:
+            # The top-level guard: whatever broke, the children must not be orphaned
+            # (they would keep running jobs nobody supervises).
+            log.exception("supervisor failed; stopping its children")
+            self._stop_children_now()
+            return EXIT_CRASHED
+        log.info("supervisor stopped")
+        return EXIT_OK
+
+    def _loop(self) -> None:
         while True:
             self._handle_signals()
             self._reap()
@@ -131,8 +143,28 @@ class Supervisor:
                 self._check_heartbeats()
                 self._spawn_missing()
             self._sleep()
-        log.info("supervisor stopped")
-        return 0
+
+    def _stop_children_now(self) -> None:
+        """Quick stop for every child, then SIGKILL for what is left after STOP_MARGIN;
+        each step guarded, since the state that broke the loop may be odd."""
+        for pid in list(self.children):
+            self._kill_quietly(pid, signal.SIGINT)
+        deadline = time.monotonic() + STOP_MARGIN
+        while self.children and time.monotonic() < deadline:
+            try:
+                self._reap()
+            except Exception:
+                log.exception("reaping failed while stopping")
+                break
+            time.sleep(LOOP_TICK)
+        for pid in list(self.children):
+            self._kill_quietly(pid, signal.SIGKILL)
+
+    def _kill_quietly(self, pid: int, sig: int) -> None:
+        try:
+            self._kill(pid, sig)
+        except OSError:
+            log.exception("could not signal pid %d", pid)
 
     def _sleep(self) -> None:
         # A signal writes to wake_write (set_wakeup_fd), which ends the wait at once.
@@ -145,30 +177,18 @@ class Supervisor:
 
     # ---- desired set -----------------------------------------------------------------
 
-    def desired(self) -> list[Slot]:
-        slots = [Slot("maintenance")]
-        if self.config.schedules:
-            slots.append(Slot("scheduler"))
-        if self.config.metrics.enabled:
-            slots.append(Slot("exporter"))
-        for name, queue in self.config.queues.items():
-            count = max(1, queue.processes + self.extra_processes)
-            slots.extend(Slot("worker", name, i) for i in range(count))
-        return slots
-
     def _spawn_missing(self) -> None:
         now = time.monotonic()
         held = {c.slot for c in self.children.values() if not c.retiring}
         retiring_kinds = {c.slot.kind for c in self.children.values() if c.retiring}
-        wanted = self.desired()
+        wanted = desired_slots(self.config, self.extra_processes)
         for slot in wanted:
             if slot in held:
                 continue
             # A singleton's successor waits for the retiring one (it may hold a port).
             if slot.kind in SINGLETONS and slot.kind in retiring_kinds:
                 continue
-            health = self.health.setdefault(health_key(slot), QueueHealth())
-            if health.failed or now < health.not_before:
+            if not self.restarts.may_start(slot, now):
                 continue
             self._spawn(slot)
         # TTOU or a smaller reload: retire the workers beyond the wanted set.
@@ -187,26 +207,18 @@ class Supervisor:
         self.children[pid] = Child(pid, slot, board_index, time.monotonic(), worker_id)
         log.info("spawned %s pid %d", label(slot), pid)
 
-    def _count(self, queue: str | None) -> int:
-        if queue is None:
-            return 1
-        return max(1, self.config.queues[queue].processes + self.extra_processes) \
-            if queue in self.config.queues else 1
-
     def _become_child(self, slot: Slot, board_index: int) -> None:
         os.close(self.wake_read)
         os.close(self.wake_write)
-        if slot.kind != "maintenance":
-            os.close(self.rescue_read)
-        os.close(self.rescue_write)
-        identity = children.Identity(
+        self.rescue.close(keep_reader=slot.kind == "maintenance")
+        identity = Identity(
             worker_id=f"{self.host}:{os.getpid()}:{self.token}",
             supervisor_id=self.supervisor_id, supervisor_pid=os.getppid(),
-            title=describe(slot, self._count(slot.queue)),
-            beacon=self.board.beacon(board_index), rescue_fd=self.rescue_read,
+            title=describe(slot, worker_count(self.config, slot.queue, self.extra_processes)),
+            beacon=self.board.beacon(board_index), rescue_fd=self.rescue.read_fd,
         )
         config, dsn = self.config, self.dsn
-        process.run_child(identity.title, lambda: children.run(config, dsn, slot, identity))
+        run_child(identity.title, lambda: run_slot(config, dsn, slot, identity))
 
     # ---- reaping ---------------------------------------------------------------------
 
@@ -235,41 +247,14 @@ class Supervisor:
         if slot.kind == "worker":
             self._request_rescue(child, reason)
         if not child.retiring and not self.stopping:
-            self._count_restart(slot, restart_reason, was_ready)
+            self.restarts.record_exit(self.config, slot, restart_reason, was_ready)
 
     def _request_rescue(self, child: Child, reason: str) -> None:
         """Tell the maintenance process to give back what the dead worker held. The
         write never blocks the arbiter: if the pipe were ever full, the lease expiry
         rescues the jobs instead."""
-        line = f"{child.worker_id}\tworker died: {reason}\n".encode()
-        try:
-            os.write(self.rescue_write, line)
-        except BlockingIOError:
+        if not self.rescue.request(child.worker_id, f"worker died: {reason}"):
             log.warning("rescue pipe full; jobs of %s wait for their lease", child.worker_id)
-
-    def _count_restart(self, slot: Slot, reason: str, was_ready: bool) -> None:
-        health = self.health.setdefault(health_key(slot), QueueHealth())
-        if slot.queue is not None:
-            metrics.worker_restarts.labels(slot.queue, reason).inc()
-        if was_ready:
-            health.failures = 0
-            health.not_before = 0.0
-            return
-        health.failures += 1
-        policy = self.config.supervisor
-        queue = health_key(slot)
-        # Only a queue is given up on; the helpers keep retrying at the capped delay.
-        if health.failures >= policy.max_start_failures and slot.kind == "worker":
-            health.failed = True
-            metrics.queue_failed.labels(queue).set(1)
-            log.error("queue %r failed: its workers died at start-up %d times in a row; "
-                      "not restarting it (the other queues keep running; HUP to retry)",
-                      queue, health.failures)
-            return
-        delay = policy.restart_backoff.to_backoff().delay(health.failures)
-        health.not_before = time.monotonic() + delay
-        log.warning("%s failed at start-up (%d in a row); next start in %.1fs",
-                    label(slot), health.failures, delay)
 
     # ---- liveness --------------------------------------------------------------------
 
@@ -307,10 +292,7 @@ class Supervisor:
             return
         log.info("reloading %s: starting the new set, retiring the old", self.config_path)
         self.config = fresh
-        for key in self.health:
-            if not key.startswith("@"):
-                metrics.queue_failed.labels(key).set(0)
-        self.health.clear()
+        self.restarts.reset()
         for child in list(self.children.values()):
             self._retire(child, "reload")
 
@@ -371,41 +353,3 @@ class Supervisor:
         except OSError as exc:
             if exc.errno != errno.ESRCH:
                 raise
-
-
-def health_key(slot: Slot) -> str:
-    """Start failures are counted per queue for workers and per kind for the helpers."""
-    return slot.queue if slot.kind == "worker" and slot.queue is not None else f"@{slot.kind}"
-
-
-def label(slot: Slot) -> str:
-    """A child's name in log lines: `worker emails#2`, `maintenance`."""
-    return f"worker {slot.queue}#{slot.index + 1}" if slot.kind == "worker" else slot.kind
-
-
-def describe(slot: Slot, count: int) -> str:
-    """A child's process title: `pgfleet worker emails 2/4`."""
-    if slot.kind == "worker":
-        return f"pgfleet worker {slot.queue} {slot.index + 1}/{count}"
-    return f"pgfleet {slot.kind}"
-
-
-def exit_reason(status: int, killed_for: str | None) -> tuple[str, str]:
-    """(text for the log and the job's error, reason label for the restart metric)."""
-    if os.WIFSIGNALED(status):
-        name = signal.Signals(os.WTERMSIG(status)).name
-        if killed_for:
-            return f"{name} ({killed_for})", "stale" if "stale" in killed_for else "killed"
-        return name, "crashed"
-    code = os.WEXITSTATUS(status)
-    if code == 0:
-        return "exit code 0", "exited"
-    if code == EXIT_RECYCLE:
-        return "recycled", "recycled"
-    if code == EXIT_TIMEOUT:
-        return "job timeout", "timeout"
-    if code == EXIT_START_FAILED:
-        return "start-up failed", "start_failed"
-    if code == EXIT_LEASE_LOST:
-        return "could not renew its leases", "lease_lost"
-    return f"exit code {code}", "crashed"

@@ -1,0 +1,125 @@
+"""What each kind of forked child runs. Imported by the arbiter, but the heavy imports
+(the worker, task modules, the database driver's connections) happen only in the child."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from pgfleet.config import Config
+from pgfleet.supervisor.beacon import Beacon
+
+log = logging.getLogger("pgfleet.children")
+
+
+class Runnable(Protocol):
+    """What every child is (pgfleet.child.ChildProcess); named here so the arbiter's
+    module does not import the child base's dependencies."""
+
+    def install_signal_handlers(self) -> None: ...
+
+    def run(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One place in the desired set of children: (kind, queue, index)."""
+
+    kind: str
+    queue: str | None = None
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Identity:
+    worker_id: str
+    supervisor_id: str
+    supervisor_pid: int
+    title: str
+    beacon: Beacon
+    rescue_fd: int
+
+
+def desired_slots(config: Config, extra_processes: int) -> list[Slot]:
+    """Every child the config asks for; TTIN/TTOU move each queue by `extra_processes`."""
+    slots = [Slot("maintenance")]
+    if config.schedules:
+        slots.append(Slot("scheduler"))
+    if config.metrics.enabled:
+        slots.append(Slot("exporter"))
+    for name in config.queues:
+        count = worker_count(config, name, extra_processes)
+        slots.extend(Slot("worker", name, i) for i in range(count))
+    return slots
+
+
+def worker_count(config: Config, queue: str | None, extra_processes: int) -> int:
+    """Workers of `queue` wanted now (1 for a helper or a queue no longer configured)."""
+    if queue is None or queue not in config.queues:
+        return 1
+    return max(1, config.queues[queue].processes + extra_processes)
+
+
+def label(slot: Slot) -> str:
+    """A child's name in log lines: `worker emails#2`, `maintenance`."""
+    return f"worker {slot.queue}#{slot.index + 1}" if slot.kind == "worker" else slot.kind
+
+
+def describe(slot: Slot, count: int) -> str:
+    """A child's process title: `pgfleet worker emails 2/4`."""
+    if slot.kind == "worker":
+        return f"pgfleet worker {slot.queue} {slot.index + 1}/{count}"
+    return f"pgfleet {slot.kind}"
+
+
+def run_slot(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
+    """Build the child of `slot`, give it its signal handlers and run it."""
+    from pgfleet.supervisor.exit_codes import EXIT_START_FAILED
+
+    child = build(config, dsn, slot, me)
+    if child is None:
+        return EXIT_START_FAILED
+    child.install_signal_handlers()
+    return child.run()
+
+
+def build(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None:
+    if slot.kind == "worker":
+        return build_worker(config, dsn, slot, me)
+    if slot.kind == "maintenance":
+        from pgfleet.maintenance import Maintenance
+
+        return Maintenance(
+            config, dsn, supervisor_id=me.supervisor_id, supervisor_pid=me.supervisor_pid,
+            rescue_fd=me.rescue_fd, beacon=me.beacon, own_id=me.worker_id,
+        )
+    if slot.kind == "scheduler":
+        from pgfleet.scheduler import Scheduler
+
+        return Scheduler(config, dsn, beacon=me.beacon)
+    if slot.kind == "exporter":
+        from pgfleet.exporter import Exporter
+
+        return Exporter(config, dsn, beacon=me.beacon, supervisor_pid=me.supervisor_pid)
+    raise ValueError(f"unknown child kind {slot.kind!r}")
+
+
+def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None:
+    """A worker of the slot's queue; None (logged) if its task modules do not import."""
+    from pgfleet.child import set_title
+    from pgfleet.tasks import load_registry
+    from pgfleet.worker import Worker, build_settings
+
+    assert slot.queue is not None
+    try:
+        registry = load_registry(config.task_modules(slot.queue))
+    except Exception as exc:
+        log.error("worker of queue %r cannot import its tasks: %s: %s", slot.queue,
+                  type(exc).__name__, exc)
+        return None
+    return Worker(build_settings(
+        config, slot.queue, dsn=dsn, registry=registry, worker_id=me.worker_id,
+        supervisor_id=me.supervisor_id,
+        title=lambda status: set_title(f"{me.title}: {status}"), beacon=me.beacon,
+    ))

@@ -1,0 +1,69 @@
+"""The restart policy: start-up failures in a row per queue (per kind for the helpers),
+backoff between restarts, and a queue given up on after too many."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from pgfleet import metrics
+from pgfleet.config import Config
+from pgfleet.supervisor.children import Slot, label
+
+log = logging.getLogger("pgfleet.supervisor")
+
+
+@dataclass
+class QueueHealth:
+    """Start-up failures in a row and when the next start may happen."""
+
+    failures: int = 0
+    not_before: float = 0.0
+    failed: bool = False
+
+
+def health_key(slot: Slot) -> str:
+    """Start failures are counted per queue for workers and per kind for the helpers."""
+    return slot.queue if slot.kind == "worker" and slot.queue is not None else f"@{slot.kind}"
+
+
+class Restarts:
+    def __init__(self) -> None:
+        self.health: dict[str, QueueHealth] = {}
+
+    def may_start(self, slot: Slot, now: float) -> bool:
+        health = self.health.setdefault(health_key(slot), QueueHealth())
+        return not health.failed and now >= health.not_before
+
+    def record_exit(self, config: Config, slot: Slot, reason: str, was_ready: bool) -> None:
+        """A child of `slot` exited (not retired, not during a stop)."""
+        health = self.health.setdefault(health_key(slot), QueueHealth())
+        if slot.queue is not None:
+            metrics.worker_restarts.labels(slot.queue, reason).inc()
+        if was_ready:
+            health.failures = 0
+            health.not_before = 0.0
+            return
+        health.failures += 1
+        policy = config.supervisor
+        queue = health_key(slot)
+        # Only a queue is given up on; the helpers keep retrying at the capped delay.
+        if health.failures >= policy.max_start_failures and slot.kind == "worker":
+            health.failed = True
+            metrics.queue_failed.labels(queue).set(1)
+            log.error("queue %r failed: its workers died at start-up %d times in a row; "
+                      "not restarting it (the other queues keep running; HUP to retry)",
+                      queue, health.failures)
+            return
+        delay = policy.restart_backoff.to_backoff().delay(health.failures)
+        health.not_before = time.monotonic() + delay
+        log.warning("%s failed at start-up (%d in a row); next start in %.1fs",
+                    label(slot), health.failures, delay)
+
+    def reset(self) -> None:
+        """On reload: every queue gets a fresh start."""
+        for key in self.health:
+            if not key.startswith("@"):
+                metrics.queue_failed.labels(key).set(0)
+        self.health.clear()

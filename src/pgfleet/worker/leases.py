@@ -1,0 +1,53 @@
+"""Leases: renewed with every heartbeat; a job whose row is no longer ours is stopped, and
+a worker that could not renew for most of a lease must stop running its jobs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import psycopg
+
+from pgfleet import store
+from pgfleet.worker.executor import Executor, LeaseLost
+
+log = logging.getLogger("pgfleet.worker")
+
+# Past expiry another host may start these jobs; a worker that could not renew its
+# leases for this fraction of the lease stops its jobs before that can happen.
+LEASE_SAFETY = 0.8
+
+
+class Leases:
+    def __init__(self, *, worker_id: str, lease: float, heartbeat_interval: float) -> None:
+        self.worker_id = worker_id
+        self.lease = lease
+        self.heartbeat_interval = heartbeat_interval
+        self.renewed = time.monotonic()
+        self.next_renewal = 0.0
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_renewal
+
+    def renew(self, conn: psycopg.Connection[Any], executor: Executor) -> None:
+        """Heartbeat the process row and renew every running job's lease in one
+        transaction; interrupt the jobs whose rows are no longer ours."""
+        with conn.transaction():
+            store.heartbeat_process(conn, self.worker_id)
+            renewed = store.renew_leases(conn, worker=self.worker_id, lease=self.lease,
+                                         ids=list(executor.running))
+        self.renewed = time.monotonic()
+        for job_id, running in list(executor.running.items()):
+            if job_id not in renewed and not running.lost:
+                executor.interrupt(running, LeaseLost)
+        self.next_renewal = time.monotonic() + self.heartbeat_interval
+
+    def expiring(self, now: float, busy: int) -> bool:
+        """True when jobs run on leases not renewed for LEASE_SAFETY of their length."""
+        return busy > 0 and now - self.renewed > self.lease * LEASE_SAFETY
+
+    def report_expiring(self, now: float, busy: int) -> None:
+        log.error("worker %s could not renew its leases for %.0fs (lease %.0fs); exiting "
+                  "so that none of its %d job(s) can run twice", self.worker_id,
+                  now - self.renewed, self.lease, busy)

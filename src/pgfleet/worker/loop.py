@@ -1,0 +1,361 @@
+"""The worker: claim → run → finish, for one queue, up to `threads` jobs at once.
+
+The main thread owns the database connection and runs a loop of fixed phases; each phase
+runs on every pass, and no failure of one skips the others (a database outage once
+silently stopped timeout enforcement):
+
+    beat → parent → collect outcomes → timeouts → leases → stop? → database → wait
+
+Executor threads only run task code. A listener thread (when notifications are on) holds
+a second connection that LISTENs and wakes the loop; polling runs regardless, so a lost
+notification costs at most one poll interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+from collections import Counter
+from typing import Any
+
+import psycopg
+
+from pgfleet import metrics, store
+from pgfleet.child import BEAT_EVERY, ChildProcess
+from pgfleet.db import connect, scrub
+from pgfleet.errors import DatabaseUnavailable
+from pgfleet.listener import WAKE_ALL, Listener
+from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
+from pgfleet.worker.completer import Completer, MetricCache
+from pgfleet.worker.events import WorkerEvents
+from pgfleet.worker.executor import Executor, Outcome, Running
+from pgfleet.worker.leases import Leases
+from pgfleet.worker.settings import WorkerSettings
+
+log = logging.getLogger("pgfleet.worker")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
+
+
+def over_memory(max_memory: int | None) -> str | None:
+    """Why the worker should recycle for its memory use, or None."""
+    if not max_memory:
+        return None
+    with open("/proc/self/statm") as handle:
+        rss = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return f"RSS {rss} bytes over max_memory {max_memory}" if rss > max_memory else None
+
+
+def jittered_limit(max_jobs: int | None) -> int | None:
+    # ±10 % so a fleet started together does not recycle together.
+    return None if max_jobs is None else max(1, round(max_jobs * random.uniform(0.9, 1.1)))
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Worker(ChildProcess):
+    def __init__(self, settings: WorkerSettings) -> None:
+        super().__init__(settings.beacon)
+        self.s = settings
+        if not self.s.worker_id:
+            self.s.worker_id = default_worker_id()
+        self.events = WorkerEvents()
+        self.metric = MetricCache()
+        self.executor = Executor(queue=settings.queue, worker_id=settings.worker_id,
+                                 args_limit=settings.args_limit, wake=self.wakeup.poke)
+        self.completer = Completer(queue=settings.queue, worker_id=settings.worker_id,
+                                   backoff=settings.backoff, executor=self.executor,
+                                   metric=self.metric)
+        self.leases = Leases(worker_id=settings.worker_id, lease=settings.lease,
+                             heartbeat_interval=settings.heartbeat_interval)
+        self.conn: psycopg.Connection[Any] | None = None
+        self.listener: Listener | None = None
+        self.claim_due = True
+        self.next_poll = 0.0
+        self.recycle_reason: str | None = None
+        self.exit_code = EXIT_OK
+        self.job_limit = jittered_limit(settings.max_jobs)
+        self.shown_busy = -1
+        self.abandoned = False  # set when the process must exit without the database
+
+    @property
+    def running(self) -> dict[int, Running]:
+        """The jobs held, by id: claimed, running or awaiting their commit."""
+        return self.executor.running
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped; returns the process exit code."""
+        if not self._connect_first():
+            return self.exit_code
+        self.executor.start(self.s.threads)
+        if self.s.notify:
+            self.listener = Listener(self.s.dsn, self._on_notify)
+            self.listener.start()
+        metrics.workers.labels(self.s.queue).inc()
+        log.info("worker %s started on queue %r (threads=%d, notify=%s)",
+                 self.s.worker_id, self.s.queue, self.s.threads, self.s.notify)
+        self.events.started.set()
+        try:
+            self._loop()
+        except BaseException:
+            # An unexpected error: the job threads may still be running, so nothing is
+            # given back with its attempt refunded. The process exits; the supervisor's
+            # rescue (or the lease expiry) returns the jobs with the attempt counted.
+            self.abandoned = True
+            raise
+        finally:
+            metrics.workers.labels(self.s.queue).dec()
+            self._shutdown()
+        return self.exit_code
+
+    def _loop(self) -> None:
+        while True:
+            now = time.monotonic()
+            self.busy = len(self.running)
+            self.beat()
+            if self.parent_gone() and self.stop_mode != "quick":
+                log.warning("parent process died; stopping")
+                self.request_stop("quick")
+            self.completer.collect()
+            self._enforce_timeouts(now)
+            if self.leases.expiring(now, len(self.running)):
+                self._leases_expiring(now)
+            if self._done(now):
+                if self.stop_mode is None:
+                    self.exit_code = EXIT_RECYCLE
+                    log.info("worker %s recycling: %s", self.s.worker_id, self.recycle_reason)
+                return
+            self._database_phase(now)
+            self._show_status()
+            if not self._done(time.monotonic()):
+                self.wakeup.wait(self._wait_time())
+
+    def _done(self, now: float) -> bool:
+        """Stopped, or recycling with no job left."""
+        if self.stop_mode == "quick":
+            return True
+        if self.stop_mode == "graceful":
+            return not self.running or now >= self.stop_requested_at + self.s.shutdown_timeout
+        return bool(self.recycle_reason) and not self.running
+
+    def _wait_time(self) -> float:
+        # Wake at least every BEAT_EVERY to beat, notice a dead parent, enforce timeouts.
+        horizon = min(self.next_poll, self.leases.next_renewal)
+        if self.conn is None:
+            horizon = self.reconnect.not_before
+        return max(0.0, min(horizon - time.monotonic(), BEAT_EVERY))
+
+    # ---- database ----------------------------------------------------------------------
+
+    def _database_phase(self, now: float) -> None:
+        """Flush, heartbeat and claim. A failure drops the connection and schedules the
+        next attempt with backoff; it never blocks the loop beyond a connect."""
+        if self.conn is None and not self.reconnect.due(now):
+            return
+        try:
+            if self.conn is None or self.conn.closed:
+                self._connect()
+            self._flush()
+            if self.leases.due(now):
+                self._renew()
+            if self._should_claim(now):
+                self._claim()
+        except (psycopg.OperationalError, DatabaseUnavailable) as exc:
+            self._connection_lost(exc)
+            return
+        if self.reconnect.succeeded():
+            log.info("worker %s reconnected", self.s.worker_id)
+
+    def _connect_first(self) -> bool:
+        """Wait for the database with backoff (it may come up after us); False if told
+        to stop first. Beats meanwhile, so the supervisor sees a live, waiting process."""
+        while True:
+            try:
+                self._connect()
+                self.reconnect.succeeded()
+                return True
+            except (DatabaseUnavailable, psycopg.OperationalError) as exc:
+                delay = self.reconnect.failed()
+                log.error("worker %s: %s; retrying in %.1fs", self.s.worker_id,
+                          scrub(str(exc), self.s.dsn), delay)
+                self._drop_connection()
+            if not self.pause(delay) or self.parent_gone():
+                return False
+
+    def _connect(self) -> None:
+        with self.beating():
+            self.conn = connect(self.s.dsn, autocommit=True)
+        store.register_process(
+            self.conn, id=self.s.worker_id, host=socket.gethostname(), pid=os.getpid(),
+            kind="worker", queue=self.s.queue, supervisor=self.s.supervisor_id,
+        )
+        # A reconnect may have missed notifications: poll at once.
+        self.claim_due = True
+        self.events.connects += 1
+
+    def _drop_connection(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.close()
+        self.conn = None
+
+    def _connection_lost(self, exc: BaseException) -> None:
+        delay = self.reconnect.failed()
+        if self.reconnect.failures == 1:
+            log.warning("worker %s lost its database connection: %s",
+                        self.s.worker_id, scrub(first_line(exc), self.s.dsn))
+        else:
+            log.debug("worker %s: still no database (%s); next try in %.1fs",
+                      self.s.worker_id, scrub(first_line(exc), self.s.dsn), delay)
+        self._drop_connection()
+
+    def _should_claim(self, now: float) -> bool:
+        if self.stop_mode or self.recycle_reason or self._free_slots() <= 0:
+            return False
+        return self.claim_due or now >= self.next_poll
+
+    def _free_slots(self) -> int:
+        return self.s.threads + self.s.prefetch - len(self.running)
+
+    def _claim(self) -> None:
+        assert self.conn is not None
+        limit = self._free_slots()
+        jobs = store.claim(self.conn, queue=self.s.queue, limit=limit,
+                           worker=self.s.worker_id, lease=self.s.lease)
+        self._hand_out(jobs, limit)
+
+    def _flush(self) -> None:
+        """Commit the collected outcomes. The claim joins their transaction when the loop
+        would claim right after; not while stopping or recycling, not for a batch with a
+        timed-out job (the abandon path flushes one just before the process exits), nor
+        when the batch brings the worker to max_jobs."""
+        pending = len(self.completer.pending)
+        if not pending or self.conn is None:
+            return
+        limit = self._free_slots() + pending  # every outcome of the batch frees a slot
+        done = self.completer.jobs_done
+        claim = (
+            limit > 0 and self.stop_mode is None and not self.recycle_reason
+            and (self.claim_due or time.monotonic() >= self.next_poll)
+            and not self.completer.any_timed_out()
+            and (self.job_limit is None or done + pending < self.job_limit)
+        )
+        flushed = self.completer.flush(self.conn, claim_limit=limit if claim else 0,
+                                       lease=self.s.lease)
+        self.events.completed += flushed.committed
+        if self.job_limit is not None and self.completer.jobs_done >= self.job_limit:
+            self.recycle_reason = self.recycle_reason or f"{self.completer.jobs_done} jobs done"
+        if flushed.claimed is not None:
+            # After the accounting: a failed job requeued without delay can come back in
+            # this very claim, under the same id.
+            self._hand_out(flushed.claimed, flushed.claim_limit)
+
+    def _hand_out(self, jobs: list[store.ClaimedJob], limit: int) -> None:
+        """Give claimed jobs to the executor threads."""
+        # A full batch suggests more are waiting: claim again as soon as a slot frees.
+        self.claim_due = len(jobs) == limit
+        self.next_poll = time.monotonic() + self.s.poll_interval
+        self.events.polls += 1
+        started: Counter[str] = Counter()
+        for job in jobs:
+            self.metric(metrics.job_wait, self.s.queue).observe(max(0.0, job.wait_seconds))
+            started[self.executor.submit(job, self.s.registry, self.s.timeout)] += 1
+        for label, count in started.items():
+            self.metric(metrics.jobs_started, self.s.queue, label).inc(count)
+
+    def _renew(self) -> None:
+        assert self.conn is not None
+        self.leases.renew(self.conn, self.executor)
+        self.recycle_reason = self.recycle_reason or over_memory(self.s.max_memory)
+
+    # ---- timeouts and leases, with or without the database ---------------------------------
+
+    def _enforce_timeouts(self, now: float) -> None:
+        late, stuck = self.executor.overdue(now, self.s.kill_grace)
+        for running in late:
+            self.executor.interrupt(running)
+            self.events.timeouts += 1
+        for running in stuck:
+            self._abandon(running)
+
+    def _abandon(self, running: Running) -> None:
+        """The job ignored the interrupt: record it as timed out, give the other jobs
+        back, and exit so the supervisor starts a fresh process."""
+        job = running.job
+        log.error("job %d did not stop within kill_grace; exiting the worker", job.id)
+        seconds = time.monotonic() - running.started
+        self.completer.add(Outcome(
+            running, error=f"timed out after {seconds:.1f}s; the worker process was replaced",
+            timed_out=True, seconds=seconds,
+        ))
+        self.completer.collect()
+        # If this fails, the lease expires and the rescue path records the job.
+        with contextlib.suppress(psycopg.Error):
+            self._flush()
+        self.exit_code = EXIT_TIMEOUT
+        self.stop_mode = "quick"
+
+    def _leases_expiring(self, now: float) -> None:
+        """The database has been out of reach for most of a lease. Past expiry another
+        host may start these jobs, so this process must not be running them then: it
+        exits, and the rescue (or the lease expiry) gives them back."""
+        self.leases.report_expiring(now, len(self.running))
+        self.exit_code = EXIT_LEASE_LOST
+        self.stop_mode = "quick"
+        self.abandoned = True
+
+    # ---- wake-ups and the process title --------------------------------------------------
+
+    def _on_notify(self, queue: str) -> None:
+        if queue in (self.s.queue, WAKE_ALL):
+            self.claim_due = True
+            self.wakeup.poke()
+
+    def _show_status(self) -> None:
+        busy = len(self.running)
+        if busy == self.shown_busy:
+            return  # the loop can turn thousands of times a second; write only changes
+        self.shown_busy = busy
+        metrics.workers_busy.labels(self.s.queue).set(busy)
+        if self.s.title is not None:
+            self.s.title(f"{busy} jobs")
+
+    # ---- stopping ------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
+        self.completer.collect()
+        if self.abandoned:
+            log.info("worker %s stopped without the database", self.s.worker_id)
+            self._drop_connection()
+            return
+        try:
+            if self.conn is None or self.conn.closed:
+                self._connect()
+            assert self.conn is not None
+            self._flush()
+            if self.running:
+                # Interrupted by the stop, not by their own fault: the attempt is refunded.
+                ids = store.give_back(self.conn, worker=self.s.worker_id, ids=list(self.running))
+                if ids:
+                    log.info("gave back %d unfinished job(s): %s", len(ids), ids)
+            store.unregister_process(self.conn, self.s.worker_id)
+        except (psycopg.Error, DatabaseUnavailable) as exc:
+            log.warning("could not record the shutdown: %s", scrub(str(exc), self.s.dsn))
+        finally:
+            self._drop_connection()
+        self.executor.stop()
+        self.events.stopped.set()
+        log.info("worker %s stopped", self.s.worker_id)
