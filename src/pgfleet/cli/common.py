@@ -1,0 +1,183 @@
+"""What every command shares: the global options, exit codes and error lines, the
+database URL and connection, and the output helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from typing import Any, NoReturn, TypeVar
+
+import click
+import psycopg
+
+from pgfleet.cli.preflight import missing_modules
+from pgfleet.config import Config, ConfigError, load_config
+from pgfleet.db import connect, resolve_dsn, scrub
+from pgfleet.errors import PgfleetError
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Keys of the root context's obj where the global options land, wherever they were given.
+URL_KEY = "database_url"
+CONFIG_KEY = "config_path"
+IN_USE_KEY = "dsn_in_use"
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
+    click.echo(f"pgfleet: error: {message}", err=True)
+    sys.exit(code)
+
+
+def first_line(exc: BaseException, dsn: str | None = None) -> str:
+    """The first line of an exception's text (or its type), without dsn's password."""
+    text = str(exc).strip()
+    return scrub(text.splitlines()[0] if text else type(exc).__name__, dsn)
+
+
+def root_obj() -> dict[str, Any]:
+    obj: dict[str, Any] = click.get_current_context().find_root().ensure_object(dict)
+    return obj
+
+
+def friendly(fn: F) -> F:
+    """Turn expected failures into one line on stderr and a non-zero exit."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PgfleetError as exc:
+            fail(scrub(str(exc), _dsn_in_use()))
+        except psycopg.Error as exc:
+            fail(f"database error: {first_line(exc, _dsn_in_use())}")
+
+    return wrapper  # type: ignore[return-value]
+
+
+# ---- the global options ----------------------------------------------------------------
+
+def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """Store an option's value on the root context, so that it counts the same given
+    before the command name (`pgfleet --database-url X jobs list`) or after it."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is not None:
+            ctx.find_root().ensure_object(dict)[key] = value
+        return value
+
+    return callback
+
+
+database_url_option = click.option(
+    "--database-url", metavar="URL", expose_value=False, callback=_remember(URL_KEY),
+    help="PostgreSQL URL (default: the file's database_url, then $PGFLEET_DATABASE_URL, "
+         "then $DATABASE_URL).")
+config_path_option = click.option(
+    "-c", "--config", metavar="FILE", type=click.Path(dir_okay=False), expose_value=False,
+    callback=_remember(CONFIG_KEY), help="The pgfleet.yaml file.")
+
+
+def global_options(fn: F) -> F:
+    """--database-url and -c/--config, accepted here as well as before the command name."""
+    return database_url_option(config_path_option(fn))
+
+
+def config_path(required: bool) -> str | None:
+    path: str | None = root_obj().get(CONFIG_KEY)
+    if path is None and required:
+        fail("missing option -c/--config (the pgfleet.yaml file)", EXIT_USAGE)
+    return path
+
+
+def required_config_path() -> str:
+    path = config_path(required=True)
+    assert path is not None
+    return path
+
+
+# ---- the database ----------------------------------------------------------------------
+
+def config_dsn(config: Config | None) -> str | None:
+    """The database URL: --database-url, then the file's, then the environment's."""
+    explicit: str | None = root_obj().get(URL_KEY)
+    file_url = config.database_url if config is not None else None
+    dsn = explicit or file_url or resolve_dsn(None)
+    root_obj()[IN_USE_KEY] = dsn
+    return dsn
+
+
+def _dsn_in_use() -> str | None:
+    """The URL a command chose, for taking its password out of error messages."""
+    obj = root_obj()
+    dsn: str | None = obj.get(IN_USE_KEY) or resolve_dsn(obj.get(URL_KEY))
+    return dsn
+
+
+def need_dsn(config: Config | None = None) -> str:
+    dsn = config_dsn(config)
+    if not dsn:
+        fail("no database URL: pass --database-url or set PGFLEET_DATABASE_URL", EXIT_USAGE)
+    return dsn
+
+
+def chosen_dsn() -> str:
+    """The URL of the options, of the file given with -c (if any) or of the environment."""
+    path = config_path(required=False)
+    return need_dsn(load_or_exit(path, check_modules=False) if path else None)
+
+
+@contextmanager
+def database() -> Iterator[psycopg.Connection[Any]]:
+    with connect(chosen_dsn(), autocommit=True) as conn:
+        yield conn
+
+
+# ---- the configuration file ------------------------------------------------------------
+
+def load_or_exit(path: str, check_modules: bool = True) -> Config:
+    """Validate the file; on any problem print every one and exit 2, before anything
+    is forked or connected."""
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        for line in exc.errors:
+            click.echo(scrub(line, None), err=True)
+        sys.exit(EXIT_USAGE)
+    if check_modules:
+        sys.path.insert(0, os.getcwd())
+        report(missing_modules(config), [])
+    return config
+
+
+def report(problems: list[str], warnings: list[str]) -> None:
+    """Print warnings; print every problem and exit 2 if there is any."""
+    for line in warnings:
+        warn(line)
+    for line in problems:
+        click.echo(line, err=True)
+    if problems:
+        sys.exit(EXIT_USAGE)
+
+
+# ---- output ----------------------------------------------------------------------------
+
+def warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
+
+
+def emit(data: Any, as_json: bool, text: Callable[[], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, default=str, indent=2))
+    else:
+        text()
