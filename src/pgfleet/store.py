@@ -328,3 +328,8 @@ def jobs_created_since(conn: Conn, after: int) -> tuple[dict[str, int], int]:
     """({queue: jobs created with id > after}, the highest id seen)."""
     rows = conn.execute(q("jobs_created_since"), {"after": after}).fetchall()
     return {r[0]: int(r[1]) for r in rows}, max([after, *(int(r[2]) for r in rows)])
+
+
+def queue_known(conn: Conn, queue: str) -> bool:
+    row = conn.execute(q("queue_known"), {"queue": queue}).fetchone()
+    return bool(row and row[0])

@@ -8,6 +8,7 @@ import click
 
 from pgfleet.cli.common import (
     config_dsn,
+    connect_cli,
     friendly,
     global_options,
     load_or_exit,
@@ -17,7 +18,6 @@ from pgfleet.cli.common import (
 )
 from pgfleet.cli.preflight import unregistered_schedule_tasks
 from pgfleet.config import Config, config_json_schema
-from pgfleet.db import connect
 
 
 @click.command()
@@ -31,7 +31,7 @@ def check() -> None:
     needed = connection_budget(config)
     dsn = config_dsn(config)
     if dsn:
-        with connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        with connect_cli(dsn, connect_timeout=5) as conn:
             row = conn.execute(
                 "SELECT current_setting('max_connections')::int"
                 " - current_setting('superuser_reserved_connections')::int").fetchone()

@@ -14,9 +14,13 @@ from typing import Any, NoReturn, TypeVar
 import click
 import psycopg
 
+from pgfleet import store
+from pgfleet.cli.devstate import default_root as dev_root
+from pgfleet.cli.devstate import read as read_state
 from pgfleet.cli.preflight import missing_modules
 from pgfleet.config import Config, ConfigError, load_config
-from pgfleet.db import connect, resolve_dsn, scrub
+from pgfleet.db import connect, redact_dsn, resolve_dsn, scrub
+from pgfleet.embedded import running_dsn
 from pgfleet.errors import PgfleetError
 
 EXIT_USAGE = 2
@@ -28,6 +32,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 URL_KEY = "database_url"
 CONFIG_KEY = "config_path"
 IN_USE_KEY = "dsn_in_use"
+CONFIG_OBJ_KEY = "config"
+APPLICATION_NAME = "pgfleet cli"
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
@@ -104,12 +110,34 @@ def required_config_path() -> str:
 
 # ---- the database ----------------------------------------------------------------------
 
-def config_dsn(config: Config | None) -> str | None:
-    """The database URL: --database-url, then the file's, then the environment's."""
+def config_dsn(config: Config | None, discover: bool = True) -> str | None:
+    """The database URL: --database-url, then the file's, then the environment's, then
+    (with `discover`) that of a `pgfleet dev` running from here."""
     explicit: str | None = root_obj().get(URL_KEY)
     file_url = config.database_url if config is not None else None
     dsn = explicit or file_url or resolve_dsn(None)
+    if not dsn and discover:
+        dsn = _dev_dsn()
     root_obj()[IN_USE_KEY] = dsn
+    return dsn
+
+
+def _dev_dsn() -> str | None:
+    """The database of the `pgfleet dev` running from this folder (or PGFLEET_EMBEDDED_DIR),
+    said on stderr: its recorded URL, else the URL of its embedded server."""
+    root = dev_root()
+    if root is None:
+        return None
+    state = read_state(root)
+    if state is not None:
+        where = f"the running `pgfleet dev` (pid {state.pid})"
+        dsn: str | None = state.dsn
+    else:
+        where = f"the embedded server in {root}"
+        dsn = running_dsn(root)
+    if dsn:
+        click.echo(f"pgfleet: no database URL given; using that of {where}: "
+                   f"{redact_dsn(dsn)}", err=True)
     return dsn
 
 
@@ -127,15 +155,42 @@ def need_dsn(config: Config | None = None) -> str:
     return dsn
 
 
+def given_config() -> Config | None:
+    """The file given with -c, validated once (its task modules are not looked for)."""
+    obj = root_obj()
+    path = config_path(required=False)
+    if path is None:
+        return None
+    if CONFIG_OBJ_KEY not in obj:
+        obj[CONFIG_OBJ_KEY] = load_or_exit(path, check_modules=False)
+    config: Config = obj[CONFIG_OBJ_KEY]
+    return config
+
+
 def chosen_dsn() -> str:
     """The URL of the options, of the file given with -c (if any) or of the environment."""
-    path = config_path(required=False)
-    return need_dsn(load_or_exit(path, check_modules=False) if path else None)
+    return need_dsn(given_config())
+
+
+def connect_cli(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A connection named `pgfleet cli` on the server."""
+    return connect(dsn, autocommit=True, application_name=APPLICATION_NAME, **kwargs)
+
+
+def warn_unknown_queue(conn: psycopg.Connection[Any], queue: str) -> None:
+    """A warning (not a refusal) for a queue name that no job, process or the file given
+    with -c knows: most likely a typo."""
+    config = given_config()
+    if (config is not None and queue in config.queues) or store.queue_known(conn, queue):
+        return
+    nor_file = "" if config is None else f", and {config_path(False)} does not configure it"
+    warn(f"queue {queue!r} is unknown: no job or worker in the database has it{nor_file}; "
+         "is the name mistyped?")
 
 
 @contextmanager
 def database() -> Iterator[psycopg.Connection[Any]]:
-    with connect(chosen_dsn(), autocommit=True) as conn:
+    with connect_cli(chosen_dsn()) as conn:
         yield conn
 
 

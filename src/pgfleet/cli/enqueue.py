@@ -7,9 +7,17 @@ import re
 from datetime import datetime
 
 import click
+from click.core import ParameterSource
 
 from pgfleet import client
-from pgfleet.cli.common import EXIT_USAGE, database, fail, friendly, global_options
+from pgfleet.cli.common import (
+    EXIT_USAGE,
+    database,
+    fail,
+    friendly,
+    global_options,
+    warn_unknown_queue,
+)
 
 _DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DELAY_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -50,7 +58,11 @@ def enqueue(task: str, args_text: str, queue: str, priority: int, delay: float |
             when = datetime.fromisoformat(run_at)
         except ValueError:
             fail(f"--run-at: {run_at!r} is not an ISO-8601 time", EXIT_USAGE)
+    queue_given = (click.get_current_context().get_parameter_source("queue")
+                   is ParameterSource.COMMANDLINE)
     with database() as conn:
+        if queue_given:
+            warn_unknown_queue(conn, queue)
         job_id = client.enqueue(
             conn, task, args, queue=queue, priority=priority,
             delay=delay, run_at=when,

@@ -74,8 +74,10 @@ def jobs_show(job_id: int, as_json: bool) -> None:
 @friendly
 def jobs_retry(job_id: int | None, queue: str | None) -> None:
     """Run a dead (or cancelled) job again, or every dead job of --queue."""
-    if (job_id is None) == (queue is None):
-        fail("give a JOB_ID or --queue, not both", EXIT_USAGE)
+    if job_id is None and queue is None:
+        fail("missing what to retry: give a JOB_ID or --queue QUEUE", EXIT_USAGE)
+    if job_id is not None and queue is not None:
+        fail("give a JOB_ID or --queue QUEUE, not both", EXIT_USAGE)
     with database() as conn:
         if job_id is not None:
             if store.retry_job(conn, job_id) is None:

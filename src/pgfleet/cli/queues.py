@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from pgfleet import store
-from pgfleet.cli.common import database, friendly, global_options
+from pgfleet.cli.common import database, friendly, global_options, warn_unknown_queue
 
 
 @click.group()
@@ -32,5 +32,6 @@ def queues_resume(queue: str) -> None:
 @friendly
 def set_paused(queue: str, paused: bool) -> None:
     with database() as conn:
+        warn_unknown_queue(conn, queue)
         store.set_paused(conn, queue, paused)
     click.echo(f"queue {queue!r} {'paused' if paused else 'resumed'}")

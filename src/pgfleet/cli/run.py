@@ -29,7 +29,7 @@ def run() -> None:
     """Run the supervisor of this host: workers, maintenance, scheduler, exporter."""
     path = required_config_path()
     config = load_or_exit(path)
-    dsn = config_dsn(config)
+    dsn = config_dsn(config, discover=False)
     if not dsn:
         fail("no database URL: set database_url in the file, pass --database-url or set "
              "PGFLEET_DATABASE_URL", EXIT_USAGE)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 import click
+from setproctitle import setproctitle
 
-from pgfleet.cli.common import chosen_dsn, friendly, global_options
+from pgfleet.cli.common import EXIT_USAGE, chosen_dsn, fail, first_line, friendly, global_options
 
 
 @click.command()
@@ -30,7 +31,15 @@ def worker(queue_name: str, modules: tuple[str, ...], threads: int, poll_interva
     from pgfleet.worker import Worker, WorkerSettings
 
     sys.path.insert(0, "")
+    for module in modules:
+        try:
+            load_registry([module])
+        except Exception as exc:
+            fail(f"--tasks {module}: cannot import it: {type(exc).__name__}: "
+                 f"{first_line(exc)}", EXIT_USAGE)
     registry = load_registry(modules)
+    # The name `ps` shows, and the application_name of this worker's connections.
+    setproctitle(f"pgfleet worker {queue_name}")
     w = Worker(WorkerSettings(
         dsn=chosen_dsn(), queue=queue_name, registry=registry, threads=threads,
         poll_interval=poll_interval, notify=not no_notify, timeout=timeout,
