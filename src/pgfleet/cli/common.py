@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import click
 import psycopg
@@ -20,13 +20,14 @@ from pgfleet.cli.devstate import read as read_state
 from pgfleet.cli.preflight import missing_modules
 from pgfleet.config import Config, ConfigError, load_config
 from pgfleet.db import connect, redact_dsn, resolve_dsn, scrub
-from pgfleet.embedded import running_dsn
 from pgfleet.errors import PgfleetError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Keys of the root context's obj where the global options land, wherever they were given.
 URL_KEY = "database_url"
@@ -52,11 +53,11 @@ def root_obj() -> dict[str, Any]:
     return obj
 
 
-def friendly(fn: F) -> F:
+def friendly(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn expected failures into one line on stderr and a non-zero exit."""
 
     @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except PgfleetError as exc:
@@ -64,7 +65,7 @@ def friendly(fn: F) -> F:
         except psycopg.Error as exc:
             fail(f"database error: {first_line(exc, _dsn_in_use())}")
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 # ---- the global options ----------------------------------------------------------------
@@ -95,16 +96,15 @@ def global_options(fn: F) -> F:
     return database_url_option(config_path_option(fn))
 
 
-def config_path(required: bool) -> str | None:
+def config_path() -> str | None:
     path: str | None = root_obj().get(CONFIG_KEY)
-    if path is None and required:
-        fail("missing option -c/--config (the pgfleet.yaml file)", EXIT_USAGE)
     return path
 
 
 def required_config_path() -> str:
-    path = config_path(required=True)
-    assert path is not None
+    path = config_path()
+    if path is None:
+        fail("missing option -c/--config (the pgfleet.yaml file)", EXIT_USAGE)
     return path
 
 
@@ -123,22 +123,15 @@ def config_dsn(config: Config | None, discover: bool = True) -> str | None:
 
 
 def _dev_dsn() -> str | None:
-    """The database of the `pgfleet dev` running from this folder (or PGFLEET_EMBEDDED_DIR),
-    said on stderr: its recorded URL, else the URL of its embedded server."""
+    """The database URL recorded by the `pgfleet dev` running from this folder (or with
+    this PGFLEET_EMBEDDED_DIR), said on stderr."""
     root = dev_root()
-    if root is None:
+    state = read_state(root) if root is not None else None
+    if state is None:
         return None
-    state = read_state(root)
-    if state is not None:
-        where = f"the running `pgfleet dev` (pid {state.pid})"
-        dsn: str | None = state.dsn
-    else:
-        where = f"the embedded server in {root}"
-        dsn = running_dsn(root)
-    if dsn:
-        click.echo(f"pgfleet: no database URL given; using that of {where}: "
-                   f"{redact_dsn(dsn)}", err=True)
-    return dsn
+    click.echo(f"pgfleet: no database URL given; using that of the running `pgfleet dev` "
+               f"(pid {state.pid}): {redact_dsn(state.dsn)}", err=True)
+    return state.dsn
 
 
 def _dsn_in_use() -> str | None:
@@ -158,7 +151,7 @@ def need_dsn(config: Config | None = None) -> str:
 def given_config() -> Config | None:
     """The file given with -c, validated once (its task modules are not looked for)."""
     obj = root_obj()
-    path = config_path(required=False)
+    path = config_path()
     if path is None:
         return None
     if CONFIG_OBJ_KEY not in obj:
@@ -183,7 +176,7 @@ def warn_unknown_queue(conn: psycopg.Connection[Any], queue: str) -> None:
     config = given_config()
     if (config is not None and queue in config.queues) or store.queue_known(conn, queue):
         return
-    nor_file = "" if config is None else f", and {config_path(False)} does not configure it"
+    nor_file = "" if config is None else f", and {config_path()} does not configure it"
     warn(f"queue {queue!r} is unknown: no job or worker in the database has it{nor_file}; "
          "is the name mistyped?")
 
