@@ -1,14 +1,23 @@
 # The two commands of the README: `make setup` installs everything, `make test` runs the tests.
 PYTHON ?= python3
 
-.PHONY: setup test lint quickstart bench
+.PHONY: setup pgbouncer-service-off test lint quickstart bench
 
 setup:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
 	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer)
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer && \
+	   $(MAKE) --no-print-directory pgbouncer-service-off)
 	$(PYTHON) -m pip install -q -e '.[dev,embedded]'
+
+# Debian's package enables (and, where services may start, starts) a system PgBouncer on
+# port 6432. The tests run their own, so the one `make setup` has just installed is stopped
+# and kept from starting at boot: with systemd or without it (update-rc.d, service).
+pgbouncer-service-off:
+	-@command -v systemctl >/dev/null && systemctl disable pgbouncer.service pgbouncer.socket
+	-@command -v update-rc.d >/dev/null && update-rc.d pgbouncer disable
+	-@command -v service >/dev/null && service pgbouncer stop
 
 test: lint
 	$(PYTHON) -m pytest -q

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import psycopg
+from setproctitle import getproctitle
 
 from pgfleet.errors import DatabaseUnavailable
 
@@ -81,8 +82,14 @@ def resolve_dsn(explicit: str | None = None) -> str | None:
     return explicit or os.environ.get("PGFLEET_DATABASE_URL") or os.environ.get("DATABASE_URL")
 
 
-def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
-    """Open a connection, turning failures into one password-free line."""
+def connect(dsn: str, *, autocommit: bool = True, application_name: str | None = None,
+            **kwargs: Any) -> psycopg.Connection[Any]:
+    """Open a connection, turning failures into one password-free line.
+
+    `application_name` is how the server lists the connection (pg_stat_activity); by
+    default the process title of a pgfleet process (`pgfleet worker emails 1/2`). It is a
+    fallback: a name in the DSN or in PGAPPNAME wins."""
+    kwargs.setdefault("fallback_application_name", application_name or process_name())
     kwargs.setdefault("connect_timeout", 10)
     # A peer that vanished without a FIN (a host or network failure) is noticed in about
     # 25 s instead of the kernel's default of hours.
@@ -101,3 +108,11 @@ def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> psycopg.Conn
         raise DatabaseUnavailable(
             f"cannot connect to the database {redact_dsn(dsn)}: {first_line}"
         ) from None
+
+
+def process_name() -> str:
+    """`pgfleet worker emails 1/2` for a process titled `pgfleet worker emails 1/2: 3 jobs`;
+    `pgfleet` for a process that is not titled as pgfleet's (an application enqueueing)."""
+    title = getproctitle().split(": ", 1)[0]
+    # The server keeps the first 63 bytes (NAMEDATALEN - 1).
+    return title[:63] if title.startswith("pgfleet ") else "pgfleet"

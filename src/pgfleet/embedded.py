@@ -174,12 +174,17 @@ def _dsn_file(root: Path) -> Path:
     return root / "dsn"
 
 
-def _prepare_root(root: Path, user: pwd.struct_passwd | None) -> None:
+def make_root(root: Path) -> None:
+    """Create the folder of `pgfleet dev` (and, under .pgfleet/, say it is not to be
+    committed, as a virtualenv does)."""
     fresh = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     if fresh and root.parent.name == ".pgfleet":
-        # Like a virtualenv: the folder says it is not to be committed.
         (root.parent / ".gitignore").write_text("*\n")
+
+
+def _prepare_root(root: Path, user: pwd.struct_passwd | None) -> None:
+    make_root(root)
     if user is None:
         return
     os.chown(root, user.pw_uid, user.pw_gid)
@@ -323,7 +328,8 @@ def _free_port() -> int:
 
 def _create_database(port: int) -> None:
     admin = f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres"
-    with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+    with psycopg.connect(admin, autocommit=True, connect_timeout=10,
+                         fallback_application_name="pgfleet dev") as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
                               (DATABASE,)).fetchone()
         if not exists:

@@ -56,7 +56,8 @@ def migrate(dsn: str, target: int | None = None) -> tuple[int, list[Migration]]:
     Returns the version reached and the migrations applied by this call.
     """
     applied: list[Migration] = []
-    with psycopg.connect(dsn, autocommit=False) as conn:
+    with psycopg.connect(dsn, autocommit=False,
+                         fallback_application_name="pgfleet migrate") as conn:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
         conn.execute("CREATE SCHEMA IF NOT EXISTS pgfleet")
         conn.execute(

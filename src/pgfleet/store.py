@@ -500,3 +500,7 @@ def jobs_created_since(conn: Conn, after: int) -> tuple[dict[str, int], int]:
     """({queue: jobs created with id > after}, the highest id seen)."""
     rows = _many(conn, "jobs_created_since", {"after": after}, NewJobs)
     return {r.queue: int(r.count) for r in rows}, max([after, *(int(r.max_id) for r in rows)])
+
+
+def queue_known(conn: Conn, queue: str) -> bool:
+    return bool(_scalar(conn, "queue_known", {"queue": queue}))

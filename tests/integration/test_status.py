@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from pgfleet import store
+from pgfleet.cli.status import age, gather, render
 from pgfleet.errors import PgfleetError
-from pgfleet.status import age, gather, render
 
 JOBS = """
 INSERT INTO pgfleet.jobs (queue, task, state, run_at, finished_at, lease_holder,

@@ -35,7 +35,7 @@ def command_lines() -> list[tuple[str, str]]:
 
 
 def test_dev_is_registered() -> None:
-    assert "dev" in cli.commands, "cli.py must add pgfleet.dev_command.dev"
+    assert "dev" in cli.commands, "pgfleet.cli.root must add pgfleet.cli.dev.dev"
 
 
 @pytest.mark.parametrize(("page", "line"), command_lines())

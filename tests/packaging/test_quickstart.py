@@ -91,7 +91,17 @@ def test_quick_start_runs_on_the_embedded_server(no_url_env: dict[str, str],
                                 env=dict(no_url_env, PGFLEET_DATABASE_URL=dsn))
         assert status.returncode == 0 and "payments" in status.stdout, status.stderr
 
-        dev.send_signal(signal.SIGTERM)
+        # What the burst suggests, in another terminal with no URL: it finds the database.
+        dead = subprocess.run(_argv("pgfleet jobs list --state dead"), cwd=ROOT,
+                              env=no_url_env, capture_output=True, text=True, timeout=30)
+        assert dead.returncode == 0 and "payments" in dead.stdout, dead.stderr
+        assert dead.stderr == ("pgfleet: no database URL given; using that of the running "
+                               f"`pgfleet dev` (pid {dev.pid}): {dsn}\n")
+
+        stop = subprocess.run(_argv("pgfleet dev --stop"), cwd=ROOT, env=no_url_env,
+                              capture_output=True, text=True, timeout=120)
+        assert stop.stdout == (f"stopped the `pgfleet dev` supervisor (pid {dev.pid}) and "
+                               "its children\n"), stop.stderr
         assert dev.wait(60) == 0, log_path.read_text(errors="replace")
         data = Path(no_url_env["PGFLEET_EMBEDDED_DIR"]) / "data"
         assert not (data / "postmaster.pid").exists()  # the embedded server was stopped

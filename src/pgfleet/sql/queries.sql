@@ -276,3 +276,12 @@ SELECT coalesce(max(id), 0) AS max_id FROM pgfleet.jobs
 -- with an id below the watermark is not counted; the undercount is that small window.
 SELECT queue, count(*) AS count, max(id) AS max_id FROM pgfleet.jobs WHERE id > %(after)s
  GROUP BY queue
+
+-- name: queue_known :scalar
+-- The CLI's warning for a mistyped queue name: does any job or process name this queue?
+-- Indexed places first (a process, a waiting or a dead job); the scan of the whole table
+-- that follows runs only for a name found nowhere else, and stops at its first row.
+SELECT EXISTS (SELECT 1 FROM pgfleet.processes WHERE queue = %(queue)s)
+    OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s AND state = 'queued')
+    OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s AND state = 'dead')
+    OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s)

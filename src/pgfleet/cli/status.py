@@ -8,6 +8,7 @@ import click
 import psycopg
 
 from pgfleet import migrations, store
+from pgfleet.cli.common import database, emit, friendly, global_options, json_option
 from pgfleet.errors import PgfleetError
 
 QUEUE_COLUMNS = (
@@ -150,16 +151,11 @@ def _process_lines(rows: list[tuple[str, dict[str, Any] | None]]) -> list[str]:
 
 
 @click.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@json_option
+@global_options
+@friendly
 def status(as_json: bool) -> None:
     """Queues (waiting, scheduled, running, dead, oldest wait) and every host's processes."""
-    # Imported here: pgfleet.cli registers this command, so it imports this module first.
-    from pgfleet.cli import database, emit, friendly
-
-    @friendly
-    def show() -> None:
-        with database() as conn:
-            data = gather(conn)
-        emit(data, as_json, lambda: click.echo(render(data), nl=False))
-
-    show()
+    with database() as conn:
+        data = gather(conn)
+    emit(data, as_json, lambda: click.echo(render(data), nl=False))

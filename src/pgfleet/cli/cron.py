@@ -2,37 +2,27 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import click
-import psycopg
 
 from pgfleet import store
-from pgfleet.config import Config, ConfigError, load_config
+from pgfleet.cli.common import (
+    config_dsn,
+    connect_cli,
+    emit,
+    friendly,
+    global_options,
+    json_option,
+    load_or_exit,
+    required_config_path,
+)
+from pgfleet.config import Config
 from pgfleet.cron import fire_times_after
-from pgfleet.db import connect, resolve_dsn, scrub
-from pgfleet.errors import PgfleetError
 
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
 NEXT_COUNT = 3
-
-
-def _fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
-    click.echo(f"pgfleet: error: {message}", err=True)
-    sys.exit(code)
-
-
-def _dsn(config: Config, option: str | None) -> str | None:
-    """As `pgfleet run`: a URL given on the command line, then the file's, then the
-    environment's."""
-    root = click.get_current_context().find_root().obj or {}
-    return (option or root.get("explicit_dsn") or config.database_url or root.get("dsn")
-            or resolve_dsn(None))
 
 
 @click.group()
@@ -41,39 +31,23 @@ def cron() -> None:
 
 
 @cron.command("list")
-@click.option("-c", "--config", "path", required=True, type=click.Path(dir_okay=False),
-              help="The pgfleet.yaml file.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--database-url", metavar="URL",
-              help="PostgreSQL URL (default: the file's, then $PGFLEET_DATABASE_URL).")
-def cron_list(path: str, as_json: bool, database_url: str | None) -> None:
+@json_option
+@global_options
+@friendly
+def cron_list(as_json: bool) -> None:
     """Each schedule with its next three fire times (in its zone and in UTC), its last
     run and the state of that run's job."""
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        for line in exc.errors:
-            click.echo(line, err=True)
-        sys.exit(EXIT_USAGE)
-    dsn = _dsn(config, database_url)
+    config = load_or_exit(required_config_path(), check_modules=False)
+    dsn = config_dsn(config)
     names = list(config.schedules)
     last_runs: dict[str, store.ScheduleLastRun] | None = None
     now = datetime.now(UTC)
     if dsn and names:
-        try:
-            with connect(dsn, autocommit=True) as conn:
-                now = store.db_now(conn)
-                last_runs = store.schedule_last_run_jobs(conn, names)
-        except PgfleetError as exc:
-            _fail(scrub(str(exc), dsn))
-        except psycopg.Error as exc:
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            _fail(f"database error: {scrub(text, dsn)}")
+        with connect_cli(dsn) as conn:
+            now = store.db_now(conn)
+            last_runs = store.schedule_last_run_jobs(conn, names)
     entries = [_entry(name, config, now, last_runs) for name in names]
-    if as_json:
-        click.echo(json.dumps(entries, indent=2))
-    else:
-        _print_table(entries)
+    emit(entries, as_json, lambda: _print_table(entries))
 
 
 def _entry(name: str, config: Config, now: datetime,

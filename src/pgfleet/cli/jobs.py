@@ -1,0 +1,101 @@
+"""`pgfleet jobs`: list, show, retry and cancel jobs."""
+
+from __future__ import annotations
+
+import click
+
+from pgfleet import store
+from pgfleet.cli.common import (
+    EXIT_USAGE,
+    database,
+    emit,
+    fail,
+    friendly,
+    global_options,
+    json_option,
+)
+
+
+@click.group()
+def jobs() -> None:
+    """List, show, retry and cancel jobs."""
+
+
+@jobs.command("list")
+@click.option("--queue")
+@click.option("--state", type=click.Choice(["queued", "running", "succeeded", "dead",
+                                            "cancelled"]))
+@click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
+@json_option
+@global_options
+@friendly
+def jobs_list(queue: str | None, state: str | None, limit: int, as_json: bool) -> None:
+    """The newest jobs, optionally of one queue or state."""
+    with database() as conn:
+        rows = store.list_jobs(conn, queue=queue, state=state, limit=limit)
+
+    def table() -> None:
+        click.echo(f"{'ID':>10}  {'QUEUE':<14} {'STATE':<10} {'ATTEMPT':>7}  TASK")
+        for r in rows:
+            click.echo(f"{r['id']:>10}  {r['queue'][:14]:<14} {r['state']:<10} "
+                       f"{r['attempt']:>3}/{r['max_attempts']:<3}  {r['task']}")
+
+    emit(rows, as_json, table)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@json_option
+@global_options
+@friendly
+def jobs_show(job_id: int, as_json: bool) -> None:
+    """Everything about one job, errors included."""
+    with database() as conn:
+        job = store.get_job(conn, job_id)
+    if job is None:
+        fail(f"no job with id {job_id}")
+
+    def text() -> None:
+        for key, value in job.items():
+            if key == "errors":
+                for entry in value:
+                    click.echo(f"error (attempt {entry['attempt']}): "
+                               f"{entry['error'].splitlines()[0] if entry['error'] else ''}")
+            else:
+                click.echo(f"{key}: {value}")
+
+    emit(job, as_json, text)
+
+
+@jobs.command("retry")
+@click.argument("job_id", type=int, required=False)
+@click.option("--queue", help="Retry every dead job of this queue.")
+@global_options
+@friendly
+def jobs_retry(job_id: int | None, queue: str | None) -> None:
+    """Run a dead (or cancelled) job again, or every dead job of --queue."""
+    if job_id is None and queue is None:
+        fail("missing what to retry: give a JOB_ID or --queue QUEUE", EXIT_USAGE)
+    if job_id is not None and queue is not None:
+        fail("give a JOB_ID or --queue QUEUE, not both", EXIT_USAGE)
+    with database() as conn:
+        if job_id is not None:
+            if store.retry_job(conn, job_id) is None:
+                fail(f"job {job_id} is not dead or cancelled (or does not exist)")
+            click.echo(f"job {job_id} queued again")
+        else:
+            assert queue is not None
+            ids = store.retry_dead_of_queue(conn, queue)
+            click.echo(f"{len(ids)} dead job(s) of queue {queue!r} queued again")
+
+
+@jobs.command("cancel")
+@click.argument("job_id", type=int)
+@global_options
+@friendly
+def jobs_cancel(job_id: int) -> None:
+    """Cancel a job that is still waiting."""
+    with database() as conn:
+        if not store.cancel_job(conn, job_id):
+            fail(f"job {job_id} is not waiting (or does not exist); only queued jobs cancel")
+    click.echo(f"job {job_id} cancelled")

@@ -1,0 +1,52 @@
+"""The `pgfleet` command group: its global options, its commands, and the entry point."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from pgfleet import __version__, logs
+from pgfleet.cli.check import check, config_schema
+from pgfleet.cli.common import EXIT_USAGE, fail, global_options
+from pgfleet.cli.cron import cron
+from pgfleet.cli.dev import dev
+from pgfleet.cli.enqueue import enqueue
+from pgfleet.cli.jobs import jobs
+from pgfleet.cli.migrate import migrate
+from pgfleet.cli.queues import queues
+from pgfleet.cli.run import run
+from pgfleet.cli.status import status
+from pgfleet.cli.worker import worker
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pgfleet")
+@global_options
+@click.option("--log-format", type=click.Choice(["plain", "json"]), default="plain",
+              show_default=True, help="Log line format.")
+@click.pass_context
+def cli(ctx: click.Context, log_format: str) -> None:
+    """pgfleet: background jobs on PostgreSQL alone."""
+    logs.setup(log_format)
+    ctx.ensure_object(dict)["log_format"] = log_format
+
+
+for _command in (migrate, enqueue, worker, jobs, queues, check, config_schema, run, status,
+                 cron, dev):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """Console entry point: click's usage errors become one line and exit status 2."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        fail("aborted", 130)
+    except click.ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        where = f" ({ctx.command_path})" if ctx is not None else ""
+        fail(f"{exc.format_message()}{where}", EXIT_USAGE)
+    except SystemExit:
+        raise
+    sys.exit(0)
