@@ -8,7 +8,9 @@ setup:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
 	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer)
-	$(PYTHON) -m pip install -q -e '.[dev,embedded]'
+	@command -v chromium >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	$(PYTHON) -m pip install -q -e '.[dev,embedded,web]'
 
 test: lint
 	$(PYTHON) -m pytest -q

@@ -411,10 +411,12 @@ def _register_commands() -> None:
     from pgfleet.cron_commands import cron
     from pgfleet.dev_command import dev
     from pgfleet.status import status
+    from pgfleet.web.command import web
 
     cli.add_command(status)
     cli.add_command(cron)
     cli.add_command(dev)
+    cli.add_command(web)
 
 
 _register_commands()
