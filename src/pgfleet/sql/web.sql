@@ -12,7 +12,7 @@ SELECT id, queue, task, state::text AS state, priority, run_at, attempt, max_att
        created_at, finished_at, left(last_error, 300) AS last_error
   FROM pgfleet.jobs
  WHERE id < %(before)s AND id >= %(floor)s
-   AND (%(state)s::text IS NULL OR state = %(state)s::pgfleet.job_state)
+   AND (%(state)s::pgfleet.job_state IS NULL OR state = %(state)s::pgfleet.job_state)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR task = %(task)s)
    AND (%(pattern)s::text IS NULL OR args::text ILIKE %(pattern)s

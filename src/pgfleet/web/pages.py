@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -13,10 +15,11 @@ from pgfleet.web import queries
 from pgfleet.web.rendering import pretty, render
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
-# States whose partial index (with or without a queue) finds their rows; any other filter
-# is served by the primary key alone, so it gets a bounded window of ids per page.
-INDEXED_STATES = ("queued", "running", "dead")
-SEARCH_WINDOW = 100_000
+# A filtered page reads the primary key in windows of this many ids (a text search turns
+# each row's args into text, so its windows are smaller) until its time budget is spent.
+FILTER_WINDOW = 100_000
+TEXT_WINDOW = 10_000
+WINDOW_BUDGET = 0.1
 RECENT_RUNS = 5
 
 
@@ -42,41 +45,63 @@ def jobs(request: Request) -> Response:
                       message="; ".join(problems))
     limit = request.app.state.settings.page_size
     with request.app.state.pool.connection() as conn:
-        window = _window(conn, where, job_id, before)
-        rows = queries.jobs_page(conn, where, before=window[1], floor=window[0],
-                                 limit=limit + 1)
-    older = _older_cursor(rows, limit, window)
+        if job_id is not None:
+            page = Page(queries.jobs_page(conn, where, before=job_id + 1, floor=job_id,
+                                          limit=limit), 0, None)
+        elif _served_by_index(where):
+            page = Page(queries.jobs_page(conn, where, before=before, floor=0,
+                                          limit=limit + 1), 0, None)
+        else:
+            top = before if before is not None else store.max_job_id(conn) + 1
+            page = _scan_windows(conn, where, top, limit)
     filters = {"state": where.state or "", "queue": where.queue or "",
                "task": where.task or "", "q": where.text or "",
                "id": str(job_id) if job_id else ""}
+    older = page.older_cursor(limit)
     return render(
-        request, "jobs.html", title="Jobs", live=before is None, rows=rows[:limit],
-        filters=filters, states=STATES, window=window if window[0] > 0 else None,
+        request, "jobs.html", title="Jobs", live=before is None, rows=page.rows[:limit],
+        filters=filters, states=STATES, searched=page.searched,
         older_url=_jobs_url(filters, older) if older else None,
         newest_url=_jobs_url(filters, None) if before is not None else None,
     )
 
 
-def _window(conn: store.Conn, where: queries.JobFilter, job_id: int | None,
-            before: int | None) -> tuple[int, int | None]:
-    """The ids [floor, before) this page may read."""
-    if job_id is not None:
-        return job_id, job_id + 1
-    unindexed = (where.task or where.text or where.state not in (None, *INDEXED_STATES)
-                 or (where.queue and where.state is None))
-    if not unindexed:
-        return 0, before
-    top = before if before is not None else store.max_job_id(conn) + 1
-    return max(top - SEARCH_WINDOW, 0), top
+@dataclass(frozen=True)
+class Page:
+    rows: list[dict[str, Any]]
+    floor: int  # the lowest id searched; 0 when the search reached the oldest job
+    searched: tuple[int, int] | None  # the id range read, when it was windowed
+
+    def older_cursor(self, limit: int) -> int | None:
+        if len(self.rows) > limit:
+            return int(self.rows[limit - 1]["id"])
+        return self.floor if self.floor > 0 else None
 
 
-def _older_cursor(rows: list[dict[str, Any]], limit: int,
-                  window: tuple[int, int | None]) -> int | None:
-    if len(rows) > limit:
-        return int(rows[limit - 1]["id"])
-    floor = window[0]
-    # A windowed page that ran out of matches: the next page searches the ids below it.
-    return floor if floor > 1 and window[1] != floor + 1 else None
+def _served_by_index(where: queries.JobFilter) -> bool:
+    """No filter (the primary key in order) or running jobs only (their partial index)."""
+    if where.task or where.text:
+        return False
+    if where.state is None:
+        return where.queue is None
+    return where.state == "running"
+
+
+def _scan_windows(conn: store.Conn, where: queries.JobFilter, top: int, limit: int) -> Page:
+    """Matches below `top`, newest first, read one window of ids at a time until a page is
+    full, the oldest job is reached or the time budget is spent: a rare match costs more
+    clicks on "older", never an unbounded scan."""
+    size = TEXT_WINDOW if where.text else FILTER_WINDOW
+    started = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    before = top
+    while True:
+        floor = max(before - size, 0)
+        rows += queries.jobs_page(conn, where, before=before, floor=floor,
+                                  limit=limit + 1 - len(rows))
+        if len(rows) > limit or floor == 0 or time.monotonic() - started > WINDOW_BUDGET:
+            return Page(rows, floor, (floor, top))
+        before = floor
 
 
 def _jobs_url(filters: dict[str, str], before: int | None) -> str:
