@@ -251,7 +251,8 @@ def test_hostile_rows_are_escaped(web: Callable[..., WebServer], dsn: str) -> No
     hostile = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
     job_id = dead_job(dsn, task=hostile, queue=hostile[:100],
                       args='{"x": "</pre><script>alert(2)</script>"}',
-                      errors='[{"attempt": "<b>1</b>", "at": "<i>", "error": "<script>e</script>"}]')
+                      errors='[{"attempt": "<b>1</b>", "at": "<i>", '
+                             '"error": "<script>e</script>"}]')
     odd = insert_job(dsn, args='"a string, not an object"', errors='{"not": "<a list>"}')
     server = web()
     with httpx.Client(base_url=server.url) as client:

@@ -26,7 +26,7 @@ from pgfleet.web.settings import WebSettings
 STATEMENT_TIMEOUT_MS = 10_000
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
+def configure_connection(conn: psycopg.Connection[Any]) -> None:
     # Custom plans fold the optional filters of sql/web.sql away, so each one can use its
     # index; a generic plan would keep "$1 IS NULL OR ..." and scan.
     conn.execute("SET plan_cache_mode = force_custom_plan")
@@ -36,7 +36,7 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 def create_pool(settings: WebSettings) -> ConnectionPool[Any]:
     return ConnectionPool(settings.dsn, min_size=1, max_size=4, open=False, timeout=5.0,
                           kwargs={"autocommit": True, "connect_timeout": 5},
-                          configure=_configure, name="pgfleet-web")
+                          configure=configure_connection, name="pgfleet-web")
 
 
 def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -> Starlette:

@@ -48,7 +48,7 @@ def jobs(request: Request) -> Response:
         if job_id is not None:
             page = Page(queries.jobs_page(conn, where, before=job_id + 1, floor=job_id,
                                           limit=limit), 0, None)
-        elif _served_by_index(where):
+        elif served_by_index(where):
             page = Page(queries.jobs_page(conn, where, before=before, floor=0,
                                           limit=limit + 1), 0, None)
         else:
@@ -78,7 +78,7 @@ class Page:
         return self.floor if self.floor > 0 else None
 
 
-def _served_by_index(where: queries.JobFilter) -> bool:
+def served_by_index(where: queries.JobFilter) -> bool:
     """No filter (the primary key in order) or running jobs only (their partial index)."""
     if where.task or where.text:
         return False
