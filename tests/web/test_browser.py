@@ -37,10 +37,19 @@ def test_find_a_dead_job_read_its_error_and_retry_it(
                       args='{"customer": 42, "amount": {"cents": 1999}}',
                       errors='[{"attempt": 1, "at": "2026-01-01T00:00:00Z", '
                              '"error": "CardDeclined: insufficient funds"}]')
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO pgfleet.processes (id, host, pid, kind, queue, supervisor) VALUES"
+            " ('web-1:100:sup', 'web-1', 100, 'supervisor', NULL, NULL),"
+            " ('web-1:101:w', 'web-1', 101, 'worker', 'billing', 'web-1:100:sup')")
+        conn.execute("INSERT INTO pgfleet.schedule_runs (schedule, fire_time, job_id)"
+                     " VALUES ('nightly-invoices', now() - interval '1 hour', %s)", (job_id,))
     server = web()
     page.goto(server.url)
     billing = page.locator('tr[data-queue="billing"]')
     assert billing.locator("td").nth(4).inner_text() == "1"  # dead
+    hosts = page.inner_text("#hosts")
+    assert "web-1" in hosts and "supervisor" in hosts and "worker" in hosts
     screenshot(page, "overview")
 
     page.click("text=Jobs")
@@ -66,6 +75,10 @@ def test_find_a_dead_job_read_its_error_and_retry_it(
     page.wait_for_url(f"**/jobs/{job_id}")
     assert page.inner_text("#job-state") == "queued"
     assert job_state(dsn, job_id) == "queued"
+
+    page.click("text=Schedules")
+    assert "nightly-invoices" in page.inner_text("#schedules")
+    screenshot(page, "schedules")
 
 
 def test_pause_and_resume_a_queue_from_the_overview(

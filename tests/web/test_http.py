@@ -30,7 +30,9 @@ def test_pages_carry_the_security_headers(web: Callable[..., WebServer], dsn: st
             response = client.get(path)
             assert response.status_code == 200, path
             csp = response.headers["content-security-policy"]
-            assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+            assert "script-src 'self'" in csp
+            assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+            assert response.headers["server-timing"].startswith("app;dur=")
             assert "frame-ancestors 'none'" in csp
             assert response.headers["x-frame-options"] == "DENY"
             assert response.headers["cache-control"] == "no-store"
@@ -40,6 +42,7 @@ def test_pages_carry_the_security_headers(web: Callable[..., WebServer], dsn: st
             "cache-control", "")
         # No inline script or style anywhere, so the CSP needs no exception.
         page = client.get("/").text
+        assert '<main id="live" data-refresh="2.0">' in page
         assert re.findall(r"<script[^>]*>", page) == ['<script src="/static/live.js" defer>']
         assert "style=" not in page and "<style" not in page
 
@@ -99,6 +102,9 @@ def test_actions_use_the_operator_semantics(web: Callable[..., WebServer], dsn: 
         assert paused(dsn, "mail") is False
         assert act("delete-finished", older_than_hours="24").status_code == 303
         assert exists(dsn, new_done) and not exists(dsn, old_done)
+        assert act("delete-finished", older_than_hours="0").status_code == 303
+        # Every finished job goes (the cancelled one too); the requeued ones stay.
+        assert not exists(dsn, new_done) and not exists(dsn, waiting) and exists(dsn, dead[0])
         bad = act("delete-finished", older_than_hours="-1")
         assert bad.status_code == 409 and "whole number of hours" in bad.text
         assert act("no-such-action").status_code == 404
@@ -153,6 +159,8 @@ def test_a_non_loopback_bind_needs_a_token_or_basic_auth(
         "(PGFLEET_WEB_TOKEN or --token-file) or basic auth (PGFLEET_WEB_BASIC_AUTH or "
         "--basic-auth-file) first"]
     assert refused.stdout == ""
+    named = run_web(["--listen", "ops-box.example:0"])
+    assert named.returncode == 2 and "is not a loopback address" in named.stderr
 
     server = web("--listen", "0.0.0.0:0", env={"PGFLEET_WEB_TOKEN": "s3cret-token"})
     url = server.url.replace("0.0.0.0", "127.0.0.1")
@@ -173,6 +181,23 @@ def test_a_non_loopback_bind_needs_a_token_or_basic_auth(
         assert client.get("/", auth=("admin", "correct horse")).status_code == 200
         assert client.get("/", auth=("admin", "wrong")).status_code == 401
         assert client.get("/", auth=("root", "correct horse")).status_code == 401
+
+    token = tmp_path / "token"
+    token.write_text("from-a-file\n")
+    server = web("--listen", "0.0.0.0:0", "--token-file", str(token),
+                 env={"PGFLEET_WEB_BASIC_AUTH": "ops:env-password"})
+    url = server.url.replace("0.0.0.0", "127.0.0.1")
+    with httpx.Client(base_url=url) as client:
+        assert client.get("/", headers={"Authorization": "Bearer from-a-file"}
+                          ).status_code == 200
+        assert client.get("/", auth=("ops", "env-password")).status_code == 200
+        assert client.get("/").status_code == 401
+
+
+def test_the_default_address_is_loopback_port_8080() -> None:
+    result = run_web(["--help"])
+    assert result.returncode == 0
+    assert "127.0.0.1:8080" in result.stdout
 
 
 @pytest.mark.parametrize(("args", "env", "message"), [
