@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+import psycopg
 
 from pgfleet.db import resolve_dsn, scrub
 from pgfleet.errors import PgfleetError
@@ -83,3 +84,6 @@ def web(listen: str, database_url: str | None, read_only: bool, token_file: Path
         _fail(str(exc), 2)
     except PgfleetError as exc:
         _fail(scrub(str(exc), dsn), 1)
+    except psycopg.Error as exc:
+        lines = str(exc).strip().splitlines()
+        _fail(f"database error: {scrub(lines[0] if lines else type(exc).__name__, dsn)}", 1)
