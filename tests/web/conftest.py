@@ -95,7 +95,8 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 def insert_job(dsn: str, **fields: Any) -> int:
-    """A job row with exactly these columns (a hand-written row, as the fault tests do)."""
+    """A job row with exactly these columns (a hand-written row, as the fault tests do);
+    an explicit id overrides the identity, so a test can spread ids without setval."""
     fields.setdefault("task", "noop")
     fields.setdefault("queue", "default")
     names = list(fields)
@@ -103,7 +104,9 @@ def insert_job(dsn: str, **fields: Any) -> int:
         "%s::jsonb" if name in ("args", "errors") else "%s" for name in names)
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
-            f"INSERT INTO pgfleet.jobs ({', '.join(names)}) VALUES ({placeholders}) RETURNING id",
+            f"INSERT INTO pgfleet.jobs ({', '.join(names)})"
+            f"{' OVERRIDING SYSTEM VALUE' if 'id' in fields else ''}"
+            f" VALUES ({placeholders}) RETURNING id",
             list(fields.values())).fetchone()
     assert row is not None
     return int(row[0])

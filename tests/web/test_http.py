@@ -307,3 +307,28 @@ def test_schedules_show_what_the_database_recorded(web: Callable[..., WebServer]
     assert "succeeded" in nightly and "2026-01-01 00:00:00 UTC" in nightly
     hourly = page.split('data-schedule="&lt;hourly&gt;"')[1].split("</tr>")[0]
     assert "pruned" in hourly
+
+
+def test_a_filtered_search_walks_windows_of_ids_to_the_oldest_job(
+        web: Callable[..., WebServer], dsn: str) -> None:
+    """Matches spread over more ids than one window holds: following "older →" lists each
+    exactly once, newest first, and the last page has no "older →"."""
+    expected = [dead_job(dsn, queue="far")]
+    insert_job(dsn, queue="far")  # waiting, so not listed
+    expected.append(dead_job(dsn, queue="far", id=250_000))
+    expected += [dead_job(dsn, queue="far", id=500_000 + i) for i in range(60)]
+    dead_job(dsn, queue="near")
+    server = web()
+    seen: list[int] = []
+    pages = 0
+    url: str | None = "/jobs?state=dead&queue=far"
+    with httpx.Client(base_url=server.url) as client:
+        while url is not None:
+            page = client.get(url).text
+            seen += [int(i) for i in re.findall(r'data-job="(\d+)"', page)]
+            assert 'id="searched"' in page
+            older = re.search(r'href="([^"]+)" id="older"', page)
+            url = older.group(1).replace("&amp;", "&") if older else None
+            pages += 1
+            assert pages < 100
+    assert seen == sorted(expected, reverse=True)

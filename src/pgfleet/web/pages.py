@@ -95,11 +95,15 @@ def _scan_windows(conn: store.Conn, where: queries.JobFilter, top: int, limit: i
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
     before = top
+    windows = 0
     while True:
         floor = max(before - size, 0)
         rows += queries.jobs_page(conn, where, before=before, floor=floor,
                                   limit=limit + 1 - len(rows))
-        if len(rows) > limit or floor == 0 or time.monotonic() - started > WINDOW_BUDGET:
+        windows += 1
+        spent = time.monotonic() - started
+        # Stop before a window that, costing what the others did, would pass the budget.
+        if len(rows) > limit or floor == 0 or spent * (windows + 1) / windows > WINDOW_BUDGET:
             return Page(rows, floor, (floor, top))
         before = floor
 
