@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -85,7 +86,9 @@ def main() -> None:
             results[path] = {"median_ms": statistics.median(times), "max_ms": max(times)}
             log(f"web bench: {path}: median {statistics.median(times):.1f} ms, "
                 f"max {max(times):.1f} ms")
+        # Server time on a shared machine follows its load: keep the load beside the figures.
         out = {"history": args.history, "requests": args.requests,
+               "load_average_1m": os.getloadavg()[0], "cpus": os.cpu_count(),
                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "pages": results}
         (BENCH_DIR / "results" / "web.json").write_text(json.dumps(out, indent=2) + "\n")
         print(json.dumps(out, indent=2))
