@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -16,7 +17,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pgfleet.db import scrub
+from pgfleet.db import POOLER_ENV, scrub
 from pgfleet.errors import PgfleetError
 from pgfleet.web import actions, pages
 from pgfleet.web.security import Guard
@@ -34,9 +35,13 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
 
 
 def create_pool(settings: WebSettings) -> ConnectionPool[Any]:
+    kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 5}
+    if os.environ.get(POOLER_ENV, "").lower() == "transaction":
+        # As pgfleet.db.connect: a transaction pooler has no room for prepared statements.
+        # Unprepared statements are planned with their values, so the filters still fold.
+        kwargs["prepare_threshold"] = None
     return ConnectionPool(settings.dsn, min_size=1, max_size=4, open=False, timeout=5.0,
-                          kwargs={"autocommit": True, "connect_timeout": 5},
-                          configure=configure_connection, name="pgfleet-web")
+                          kwargs=kwargs, configure=configure_connection, name="pgfleet-web")
 
 
 def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -> Starlette:
