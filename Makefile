@@ -9,7 +9,9 @@ setup:
 	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer && \
 	   $(MAKE) --no-print-directory pgbouncer-service-off)
-	$(PYTHON) -m pip install -q -e '.[dev,embedded]'
+	@command -v chromium >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	$(PYTHON) -m pip install -q -e '.[dev,embedded,web]'
 
 # Debian's package enables (and, where services may start, starts) a system PgBouncer on
 # port 6432. The tests run their own, so the one `make setup` has just installed is stopped

@@ -17,6 +17,7 @@ from pgfleet.cli.migrate import migrate
 from pgfleet.cli.queues import queues
 from pgfleet.cli.run import run
 from pgfleet.cli.status import status
+from pgfleet.cli.web import web
 from pgfleet.cli.worker import worker
 
 
@@ -33,7 +34,7 @@ def cli(ctx: click.Context, log_format: str) -> None:
 
 
 for _command in (migrate, enqueue, worker, jobs, queues, check, config_schema, run, status,
-                 cron, dev):
+                 cron, dev, web):
     cli.add_command(_command)
 
 

@@ -1,0 +1,84 @@
+"""`pgfleet web`: the web UI on a loopback port unless told otherwise (docs/web.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+import psycopg
+
+from pgfleet.cli.common import chosen_dsn, global_options
+from pgfleet.db import scrub
+from pgfleet.errors import PgfleetError
+from pgfleet.web.settings import WebSettings, WebSettingsError, parse_basic, parse_listen
+
+TOKEN_ENV = "PGFLEET_WEB_TOKEN"
+BASIC_ENV = "PGFLEET_WEB_BASIC_AUTH"
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"pgfleet: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _secret_file(path: Path | None, option: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        text = path.read_text("utf-8").strip()
+    except OSError as exc:
+        raise WebSettingsError(f"{option} {path}: {exc.strerror}") from None
+    if not text:
+        raise WebSettingsError(f"{option} {path}: the file is empty")
+    return text
+
+
+def build_settings(listen: str, dsn: str, read_only: bool,
+                   token_file: Path | None, basic_auth_file: Path | None) -> WebSettings:
+    """Settings from the options and the environment; secrets never come from argv, where
+    `ps` would show them."""
+    host, port = parse_listen(listen)
+    token = _secret_file(token_file, "--token-file") or os.environ.get(TOKEN_ENV) or None
+    basic = _secret_file(basic_auth_file, "--basic-auth-file") or os.environ.get(BASIC_ENV)
+    user, password = parse_basic(basic, "--basic-auth-file" if basic_auth_file
+                                 else BASIC_ENV) if basic else (None, None)
+    return WebSettings(dsn=dsn, host=host, port=port, read_only=read_only, token=token,
+                       basic_user=user, basic_password=password)
+
+
+@click.command("web")
+@click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
+              help="Address to serve on; anything but loopback needs a token or basic auth.")
+@click.option("--read-only", is_flag=True, help="Show everything, change nothing.")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              help=f"File holding the access token (else ${TOKEN_ENV}).")
+@click.option("--basic-auth-file", type=click.Path(dir_okay=False, path_type=Path),
+              help=f"File holding user:password for basic auth (else ${BASIC_ENV}).")
+@global_options
+def web(listen: str, read_only: bool, token_file: Path | None,
+        basic_auth_file: Path | None) -> None:
+    """Serve the web UI: queues, jobs, schedules and hosts, with retry, cancel and pause."""
+    dsn = None
+    try:
+        settings = build_settings(listen, chosen_dsn(), read_only, token_file,
+                                  basic_auth_file)
+        dsn = settings.dsn
+        from pgfleet.web.server import serve
+    except WebSettingsError as exc:
+        _fail(str(exc), 2)
+        return
+    except ImportError as exc:
+        _fail(f"the web UI needs its extra: pip install 'pgfleet[web]' ({exc.name} is "
+              "missing)", 1)
+        return
+    try:
+        serve(settings)
+    except WebSettingsError as exc:
+        _fail(str(exc), 2)
+    except PgfleetError as exc:
+        _fail(scrub(str(exc), dsn), 1)
+    except psycopg.Error as exc:
+        lines = str(exc).strip().splitlines()
+        _fail(f"database error: {scrub(lines[0] if lines else type(exc).__name__, dsn)}", 1)

@@ -1,0 +1,129 @@
+"""The actions: each a POST with the CSRF token, first answered by a confirmation page,
+then carried out by the same store function as the matching `pgfleet` command."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+from pgfleet import store
+from pgfleet.web.rendering import render
+from pgfleet.web.security import CSRF_COOKIE, CSRF_FIELD, csrf_valid
+
+PRUNE_BATCH = 10_000
+MAX_FORM_BYTES = 16 * 1024
+
+
+class Refused(Exception):
+    """The action cannot be done to this row now; the text says why."""
+
+
+@dataclass(frozen=True)
+class Action:
+    question: str  # shown on the confirmation page, with the form's fields filled in
+    run: Callable[[store.Conn, dict[str, str]], str]  # returns where to go afterwards
+    fields: tuple[str, ...]
+
+
+def _retry_job(conn: store.Conn, form: dict[str, str]) -> str:
+    job_id = _job_id(form)
+    if store.retry_job(conn, job_id) is None:
+        raise Refused(f"job {job_id} is not dead or cancelled (or does not exist)")
+    return f"/jobs/{job_id}"
+
+
+def _cancel_job(conn: store.Conn, form: dict[str, str]) -> str:
+    job_id = _job_id(form)
+    if not store.cancel_job(conn, job_id):
+        raise Refused(f"job {job_id} is not waiting (or does not exist); only queued jobs cancel")
+    return f"/jobs/{job_id}"
+
+
+def _retry_queue(conn: store.Conn, form: dict[str, str]) -> str:
+    store.retry_dead_of_queue(conn, _queue(form))
+    return "/"
+
+
+def _pause_queue(conn: store.Conn, form: dict[str, str]) -> str:
+    store.set_paused(conn, _queue(form), True)
+    return "/"
+
+
+def _resume_queue(conn: store.Conn, form: dict[str, str]) -> str:
+    store.set_paused(conn, _queue(form), False)
+    return "/"
+
+
+def _delete_finished(conn: store.Conn, form: dict[str, str]) -> str:
+    hours = form.get("older_than_hours", "")
+    if not hours.isdigit():
+        raise Refused("older_than_hours must be a whole number of hours (0 for all)")
+    while store.prune_finished(conn, retention=int(hours) * 3600.0,
+                               limit=PRUNE_BATCH) == PRUNE_BATCH:
+        pass
+    return "/jobs"
+
+
+def _job_id(form: dict[str, str]) -> int:
+    value = form.get("job_id", "")
+    if not value.isdigit() or not 0 < int(value) < 2**63:
+        raise Refused("job_id must be a positive whole number")
+    return int(value)
+
+
+def _queue(form: dict[str, str]) -> str:
+    queue = form.get("queue", "")
+    if not 1 <= len(queue) <= 128:
+        raise Refused("queue must be a name of 1 to 128 characters")
+    return queue
+
+
+ACTIONS = {
+    "retry-job": Action("Retry job {job_id}: run it again with a fresh set of attempts?",
+                        _retry_job, ("job_id",)),
+    "cancel-job": Action("Cancel job {job_id}? It will not run.", _cancel_job, ("job_id",)),
+    "retry-queue": Action("Retry every dead job of queue {queue}?", _retry_queue, ("queue",)),
+    "pause-queue": Action("Pause queue {queue} on every host? Running jobs finish; no new "
+                          "job starts.", _pause_queue, ("queue",)),
+    "resume-queue": Action("Resume queue {queue}?", _resume_queue, ("queue",)),
+    "delete-finished": Action("Delete every succeeded, dead and cancelled job finished more "
+                              "than {older_than_hours} hours ago? This cannot be undone.",
+                              _delete_finished, ("older_than_hours",)),
+}
+
+
+async def act(request: Request) -> Response:
+    if request.app.state.settings.read_only:
+        return PlainTextResponse("this UI is read-only\n", 403)
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return PlainTextResponse("form too large\n", 413)
+    form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+    if not csrf_valid(request.app.state.settings, request.cookies.get(CSRF_COOKIE),
+                      form.get(CSRF_FIELD)):
+        return PlainTextResponse("missing or wrong CSRF token: reload the page and try again\n",
+                                 403)
+    action = ACTIONS.get(request.path_params["name"])
+    if action is None:
+        return PlainTextResponse("no such action\n", 404)
+    values = {name: form.get(name, "") for name in action.fields}
+    if form.get("confirmed") != "yes":
+        return render(request, "confirm.html", title="Confirm", live=False,
+                      question=action.question.format(**values), values=values,
+                      action=request.path_params["name"])
+    try:
+        target = await run_in_threadpool(_run, request, action, values)
+    except Refused as exc:
+        return render(request, "message.html", 409, title="Not done", live=False,
+                      message=str(exc))
+    return RedirectResponse(target, 303)
+
+
+def _run(request: Request, action: Action, values: dict[str, str]) -> str:
+    with request.app.state.pool.connection() as conn:
+        return action.run(conn, values)

@@ -1,0 +1,86 @@
+"""The Starlette application: routes, the guard, the database pool, error pages."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from pgfleet.db import POOLER_ENV, scrub
+from pgfleet.errors import PgfleetError
+from pgfleet.web import actions, pages
+from pgfleet.web.security import Guard
+from pgfleet.web.settings import WebSettings
+
+# A page is a person waiting: a query that takes longer than this is cut off and said so.
+STATEMENT_TIMEOUT_MS = 10_000
+
+
+def configure_connection(conn: psycopg.Connection[Any]) -> None:
+    # Custom plans fold the optional filters of sql/web.sql away, so each one can use its
+    # index; a generic plan would keep "$1 IS NULL OR ..." and scan.
+    conn.execute("SET plan_cache_mode = force_custom_plan")
+    conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+
+
+def create_pool(settings: WebSettings) -> ConnectionPool[Any]:
+    kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 5}
+    if os.environ.get(POOLER_ENV, "").lower() == "transaction":
+        # As pgfleet.db.connect: a transaction pooler has no room for prepared statements.
+        # Unprepared statements are planned with their values, so the filters still fold.
+        kwargs["prepare_threshold"] = None
+    return ConnectionPool(settings.dsn, min_size=1, max_size=4, open=False, timeout=5.0,
+                          kwargs=kwargs, configure=configure_connection, name="pgfleet-web")
+
+
+def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -> Starlette:
+    """The app; it opens the pool (a new one unless given) at start-up, in the process that
+    serves, and closes it at shutdown."""
+    the_pool = pool if pool is not None else create_pool(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        the_pool.open()
+        try:
+            yield
+        finally:
+            the_pool.close()
+
+    static = StaticFiles(directory=str(resources.files("pgfleet.web") / "static"))
+    app = Starlette(
+        routes=[
+            Route("/", pages.overview),
+            Route("/jobs", pages.jobs),
+            Route("/jobs/{job_id:int}", pages.job),
+            Route("/schedules", pages.schedules),
+            Route("/actions/{name}", actions.act, methods=["POST"]),
+            Mount("/static", static, name="static"),
+        ],
+        middleware=[Middleware(Guard, settings=settings)],
+        exception_handlers={
+            psycopg.Error: _database_error, PoolTimeout: _database_error,
+            PgfleetError: _database_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.pool = the_pool
+    return app
+
+
+async def _database_error(request: Request, exc: Exception) -> Response:
+    dsn = request.app.state.settings.dsn
+    lines = str(exc).strip().splitlines()
+    text = scrub(lines[0] if lines else type(exc).__name__, dsn)
+    return PlainTextResponse(f"database error: {text}\n", 503)

@@ -1,0 +1,169 @@
+"""The pages: overview, jobs, one job, schedules. Each reads, none writes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from pgfleet import store
+from pgfleet.cli import status
+from pgfleet.web import queries
+from pgfleet.web.rendering import pretty, render
+
+STATES = ("queued", "running", "succeeded", "dead", "cancelled")
+# A filtered page reads the primary key in windows of this many ids (a text search turns
+# each row's args into text, so its windows are smaller) until its time budget is spent.
+FILTER_WINDOW = 100_000
+TEXT_WINDOW = 10_000
+WINDOW_BUDGET = 0.1
+RECENT_RUNS = 5
+
+
+def overview(request: Request) -> Response:
+    with request.app.state.pool.connection() as conn:
+        data = status.gather(conn)
+    return render(request, "overview.html", title="Overview", live=True, **data)
+
+
+def jobs(request: Request) -> Response:
+    params = request.query_params
+    problems: list[str] = []
+    where = queries.JobFilter(
+        state=_choice(params.get("state"), STATES, "state", problems),
+        queue=params.get("queue") or None,
+        task=params.get("task") or None,
+        text=params.get("q") or None,
+    )
+    job_id = _positive(params.get("id"), "id", problems)
+    before = _positive(params.get("before"), "before", problems)
+    if problems:
+        return render(request, "message.html", 400, title="Bad filter", live=False,
+                      message="; ".join(problems))
+    limit = request.app.state.settings.page_size
+    with request.app.state.pool.connection() as conn:
+        if job_id is not None:
+            page = Page(queries.jobs_page(conn, where, before=job_id + 1, floor=job_id,
+                                          limit=limit), 0, None)
+        elif served_by_index(where):
+            page = Page(queries.jobs_page(conn, where, before=before, floor=0,
+                                          limit=limit + 1), 0, None)
+        else:
+            top = before if before is not None else store.max_job_id(conn) + 1
+            page = _scan_windows(conn, where, top, limit)
+    filters = {"state": where.state or "", "queue": where.queue or "",
+               "task": where.task or "", "q": where.text or "",
+               "id": str(job_id) if job_id else ""}
+    older = page.older_cursor(limit)
+    return render(
+        request, "jobs.html", title="Jobs", live=before is None, rows=page.rows[:limit],
+        filters=filters, states=STATES, searched=page.searched,
+        older_url=_jobs_url(filters, older) if older else None,
+        newest_url=_jobs_url(filters, None) if before is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[dict[str, Any]]
+    floor: int  # the lowest id searched; 0 when the search reached the oldest job
+    searched: tuple[int, int] | None  # the id range read, when it was windowed
+
+    def older_cursor(self, limit: int) -> int | None:
+        if len(self.rows) > limit:
+            return int(self.rows[limit - 1]["id"])
+        return self.floor if self.floor > 0 else None
+
+
+def served_by_index(where: queries.JobFilter) -> bool:
+    """No filter (the primary key in order) or running jobs only (their partial index)."""
+    if where.task or where.text:
+        return False
+    if where.state is None:
+        return where.queue is None
+    return where.state == "running"
+
+
+def _scan_windows(conn: store.Conn, where: queries.JobFilter, top: int, limit: int) -> Page:
+    """Matches below `top`, newest first, read one window of ids at a time until a page is
+    full, the oldest job is reached or the time budget is spent: a rare match costs more
+    clicks on "older", never an unbounded scan."""
+    size = TEXT_WINDOW if where.text else FILTER_WINDOW
+    started = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    before = top
+    windows = 0
+    while True:
+        floor = max(before - size, 0)
+        rows += queries.jobs_page(conn, where, before=before, floor=floor,
+                                  limit=limit + 1 - len(rows))
+        windows += 1
+        spent = time.monotonic() - started
+        # Stop before a window that, costing what the others did, would pass the budget.
+        if len(rows) > limit or floor == 0 or spent * (windows + 1) / windows > WINDOW_BUDGET:
+            return Page(rows, floor, (floor, top))
+        before = floor
+
+
+def _jobs_url(filters: dict[str, str], before: int | None) -> str:
+    query = {k: v for k, v in filters.items() if v}
+    if before is not None:
+        query["before"] = str(before)
+    return "/jobs" + (f"?{urlencode(query)}" if query else "")
+
+
+def _choice(value: str | None, allowed: tuple[str, ...], name: str,
+            problems: list[str]) -> str | None:
+    if not value:
+        return None
+    if value not in allowed:
+        problems.append(f"{name} must be one of {', '.join(allowed)}")
+        return None
+    return value
+
+
+def _positive(value: str | None, name: str, problems: list[str]) -> int | None:
+    if not value:
+        return None
+    if not value.isdigit() or not 0 < int(value) <= queries.BIGINT_MAX:
+        problems.append(f"{name} must be a positive whole number")
+        return None
+    return int(value)
+
+
+def job(request: Request) -> Response:
+    job_id: int = request.path_params["job_id"]
+    with request.app.state.pool.connection() as conn:
+        row = store.get_job(conn, job_id) if job_id <= queries.BIGINT_MAX else None
+    if row is None:
+        return render(request, "message.html", 404, title="No such job", live=False,
+                      message=f"job {job_id} does not exist (it may have been pruned)")
+    return render(request, "job.html", title=f"Job {job_id}", live=True, job=row,
+                  attempts=attempt_errors(row["errors"]))
+
+
+def attempt_errors(errors: Any) -> list[dict[str, Any]]:
+    """The `errors` column as rows to show; a hand-written value that is not a list of
+    {attempt, at, error} objects is shown whole rather than dropped."""
+    if not isinstance(errors, list):
+        return [{"attempt": "?", "at": "", "error": pretty(errors)}]
+    shown = []
+    for entry in errors:
+        if isinstance(entry, dict):
+            shown.append({"attempt": entry.get("attempt", "?"), "at": entry.get("at", ""),
+                          "error": entry.get("error", pretty(entry))})
+        else:
+            shown.append({"attempt": "?", "at": "", "error": pretty(entry)})
+    return shown
+
+
+def schedules(request: Request) -> Response:
+    with request.app.state.pool.connection() as conn:
+        names = queries.schedule_names(conn)
+        runs = queries.schedule_recent_runs(conn, names, RECENT_RUNS)
+        now = store.db_now(conn)
+    return render(request, "schedules.html", title="Schedules", live=True, runs=runs, now=now)

@@ -1,0 +1,60 @@
+"""HTML from the templates: every value autoescaped, whole pages or just their live part."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from pgfleet.cli.status import age
+
+FRAGMENT_HEADER = "x-pgfleet-fragment"
+# A job's args can be up to 1 MiB (and a hand-inserted row more): show the start only.
+PRETTY_LIMIT = 64 * 1024
+
+
+@cache
+def environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("pgfleet.web", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["age"] = age
+    env.filters["ts"] = timestamp
+    env.filters["pretty"] = pretty
+    return env
+
+
+def timestamp(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def pretty(value: Any) -> str:
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    if len(text) > PRETTY_LIMIT:
+        return f"{text[:PRETTY_LIMIT]}\n… ({len(text) - PRETTY_LIMIT} more characters)"
+    return text
+
+
+def render(request: Request, body: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """The page whose live part is the template `body`; only that part when the live
+    refresh asks for it."""
+    settings = request.app.state.settings
+    context.update(
+        request=request, csrf=request.state.csrf, read_only=settings.read_only,
+        refresh_seconds=settings.refresh_seconds,
+    )
+    env = environment()
+    if request.headers.get(FRAGMENT_HEADER) == "1":
+        return HTMLResponse(env.get_template(body).render(context), status)
+    return HTMLResponse(env.get_template("page.html").render(context, body=body), status)

@@ -1,0 +1,112 @@
+"""Who may see the UI, which POSTs are the UI's own, and the headers every answer carries."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp
+
+from pgfleet.web.settings import WebSettings, is_loopback
+
+CSRF_COOKIE = "pgfleet_csrf"
+CSRF_FIELD = "csrf"
+# No inline script or style anywhere: a value that slipped through escaping still cannot run.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+
+Next = Callable[[Request], Awaitable[Response]]
+
+
+def authorized(settings: WebSettings, header: str | None) -> bool:
+    """The Authorization header carries the token (Bearer, or as a basic-auth password
+    with any user name, so a browser's login prompt works) or the basic-auth pair."""
+    if not settings.has_auth:
+        return True
+    if not header:
+        return False
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer":
+        return _same(value.strip(), settings.token)
+    if scheme.lower() != "basic":
+        return False
+    try:
+        user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    if _same(password, settings.token):
+        return True
+    return _same(user, settings.basic_user) & _same(password, settings.basic_password)
+
+
+def _same(given: str, expected: str | None) -> bool:
+    return expected is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def host_is_loopback(host_header: str) -> bool:
+    """Without auth only a loopback Host is served: a page on another site cannot reach
+    the UI by pointing a name it controls at 127.0.0.1 (DNS rebinding)."""
+    host = host_header.rsplit(":", 1)[0] if not host_header.endswith("]") else host_header
+    return is_loopback(host)
+
+
+def csrf_token(settings: WebSettings, cookie: str) -> str:
+    return hmac.new(settings.secret, cookie.encode(), hashlib.sha256).hexdigest()
+
+
+def csrf_valid(settings: WebSettings, cookie: str | None, submitted: str | None) -> bool:
+    if not cookie or not submitted:
+        return False
+    return hmac.compare_digest(csrf_token(settings, cookie), submitted)
+
+
+class Guard(BaseHTTPMiddleware):
+    """Authentication, the CSRF cookie, the security headers and Server-Timing."""
+
+    def __init__(self, app: ASGIApp, settings: WebSettings) -> None:
+        super().__init__(app)
+        self.settings = settings
+
+    async def dispatch(self, request: Request, call_next: Next) -> Response:
+        started = time.perf_counter()
+        response = await self._answer(request, call_next)
+        response.headers.update(SECURITY_HEADERS)
+        if not request.url.path.startswith("/static/"):
+            response.headers["Cache-Control"] = "no-store"
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        response.headers["Server-Timing"] = f"app;dur={elapsed_ms:.1f}"
+        return response
+
+    async def _answer(self, request: Request, call_next: Next) -> Response:
+        if not self.settings.has_auth and not host_is_loopback(request.headers.get("host", "")):
+            return PlainTextResponse("this UI answers to a loopback host name only\n", 421)
+        if not authorized(self.settings, request.headers.get("authorization")):
+            return PlainTextResponse("authentication required\n", 401,
+                                     headers={"WWW-Authenticate": 'Basic realm="pgfleet"'})
+        cookie = request.cookies.get(CSRF_COOKIE)
+        if not cookie:
+            cookie = secrets.token_urlsafe(32)
+        request.state.csrf = csrf_token(self.settings, cookie)
+        request.state.csrf_cookie = cookie
+        response = await call_next(request)
+        if request.cookies.get(CSRF_COOKIE) != cookie:
+            response.set_cookie(CSRF_COOKIE, cookie, httponly=True, samesite="strict",
+                                path="/")
+        return response

@@ -1,0 +1,46 @@
+"""Running the UI: check the settings and the database, bind, then serve until stopped."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import uvicorn
+
+from pgfleet import migrations
+from pgfleet.db import connect
+from pgfleet.errors import PgfleetError
+from pgfleet.web.app import create_app
+from pgfleet.web.settings import WebSettings
+
+
+def serve(settings: WebSettings) -> None:
+    """Refuse a non-loopback bind without auth and a database without the schema, then
+    serve on the listening socket until SIGINT or SIGTERM. Prints the URL once bound
+    (port 0 picks a free one)."""
+    settings.check()
+    with connect(settings.dsn) as conn:
+        if migrations.current_version(conn) == 0:
+            raise PgfleetError("the pgfleet schema is not installed: run `pgfleet migrate`")
+    sock = bind(settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    mode = " (read-only)" if settings.read_only else ""
+    print(f"pgfleet web: serving on http://{shown}:{port}/{mode}", flush=True)
+    config = uvicorn.Config(create_app(settings), log_level="warning", server_header=False,
+                            access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])
+    sys.stdout.flush()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise PgfleetError(f"--listen {host}:{port}: cannot bind: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
