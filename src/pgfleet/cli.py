@@ -410,11 +410,13 @@ def _register_commands() -> None:
     """Commands that live in their own modules, beside what they show."""
     from pgfleet.cron_commands import cron
     from pgfleet.dev_command import dev
+    from pgfleet.grants_command import grants
     from pgfleet.status import status
 
     cli.add_command(status)
     cli.add_command(cron)
     cli.add_command(dev)
+    cli.add_command(grants)
 
 
 _register_commands()

@@ -89,14 +89,19 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     if not any(unique_keys):
         # RETURNING follows the insertion order, which follows ORDER BY ord.
         return [row[0] for row in inserted]
-    keyless = [row[0] for row in inserted if row[1] is None]
-    by_key = {row[1]: row[0] for row in inserted if row[1] is not None}
-    missing = [key for key in unique_keys if key and key not in by_key]
+    # Unique keys are scoped per task: a job is known by (task, unique key).
+    keyless = [row[0] for row in inserted if row[2] is None]
+    by_key = {(row[1], row[2]): row[0] for row in inserted if row[2] is not None}
+    missing = [(task, key) for task, key in zip(tasks, unique_keys, strict=True)
+               if key and (task, key) not in by_key]
     if missing:
-        found = conn.execute(q("existing_by_unique_key"), {"unique_keys": missing}).fetchall()
-        by_key.update({key: job_id for key, job_id in found})
+        found = conn.execute(q("existing_by_unique_key"), {
+            "tasks": [task for task, _ in missing],
+            "unique_keys": [key for _, key in missing]}).fetchall()
+        by_key.update({(task, key): job_id for task, key, job_id in found})
     keyless_iter = iter(keyless)
-    return [by_key[key] if key else next(keyless_iter) for key in unique_keys]
+    return [by_key[(task, key)] if key else next(keyless_iter)
+            for task, key in zip(tasks, unique_keys, strict=True)]
 
 
 def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float) -> list[ClaimedJob]:
