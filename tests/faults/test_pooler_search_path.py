@@ -68,6 +68,9 @@ def test_the_role_pins_search_path_behind_a_transaction_pooler(
     with db.cluster.admin(db.name) as conn:
         grants.apply(conn, grants.statements(db.name, runtime=runtime, pooler=False))
     with pooler(db, runtime) as url:
+        with pytest.raises(psycopg.OperationalError,
+                           match="unsupported startup parameter: options"):
+            psycopg.connect(url, options="-c search_path=pg_catalog,pgfleet").close()
         job_id = pgfleet.enqueue(url, "noop")
         status(url)
     assert hits(db), "without the role's setting the planted operator runs"

@@ -94,6 +94,9 @@ def test_producer_enqueues_but_cannot_read_or_write_jobs(owner_dsn: str, roles: 
                           "SELECT * FROM pgfleet.migrations"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
+    # The bulk insert writes rows itself: that takes the runtime role.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        pgfleet.enqueue_many(as_producer, [{"task": "send"}])
     with psycopg.connect(owner_dsn, autocommit=True) as conn:
         assert one(conn, f"SELECT args->>'token' FROM pgfleet.jobs WHERE id = {job_id}")[0] \
             == "secret"
@@ -186,3 +189,16 @@ def test_every_connection_pins_its_search_path(owner_dsn: str) -> None:
     with connect(owner_dsn + " options='-c statement_timeout=7s'") as conn:
         assert one(conn, "SHOW search_path")[0] == "pg_catalog,pgfleet"
         assert one(conn, "SHOW statement_timeout")[0] == "7s"
+
+
+def test_migrating_does_not_run_a_planted_operator(empty_dsn: str) -> None:
+    migrations.migrate(empty_dsn, target=3)
+    with login_roles(empty_dsn) as make:
+        plant_trap(empty_dsn, make("attacker"))
+        with psycopg.connect(empty_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO pgfleet.jobs (queue, task, state, attempt)"
+                         " VALUES ('q', 't', 'running', 1)")
+            conn.execute("DELETE FROM public.trap_hits")
+        migrations.migrate(empty_dsn)
+        with psycopg.connect(empty_dsn, autocommit=True) as conn:
+            assert trap_hits(conn) == []

@@ -108,3 +108,26 @@ def test_another_local_user_cannot_connect(folder: Path) -> None:
         assert "Permission denied" in outsider.stderr, outsider.stderr
     finally:
         server.stop()
+
+
+def test_root_gets_a_fresh_unpredictable_folder_when_the_server_cannot_reach_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "project"  # under pytest's 0700 folder: the server cannot enter
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.delenv(embedded.ENV_DIR, raising=False)
+    user = pwd.getpwnam(SERVER)
+    first = embedded.default_root(user, create=True)
+    try:
+        assert first.parent == Path("/var/tmp") and first.name.startswith("pgfleet-embedded-")
+        assert first.stat().st_uid == 0 and not first.is_symlink()
+        # Found again by the other commands (`pgfleet dev --url`, examples/burst.py).
+        assert embedded.default_root(user) == first
+        other = tmp_path / "other"
+        other.mkdir()
+        monkeypatch.chdir(other)
+        second = embedded.default_root(user, create=True)
+        assert second != first  # not derived from anything another user can predict
+        second.rmdir()
+    finally:
+        first.rmdir()
