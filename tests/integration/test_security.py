@@ -128,14 +128,20 @@ def test_runtime_role_reads_but_cannot_write_migrations(owner_dsn: str, roles: R
                 conn.execute(statement)
 
 
-def test_grants_names_what_is_missing(owner_dsn: str) -> None:
+def test_grants_names_what_is_missing(owner_dsn: str, roles: Roles) -> None:
     result = cli(owner_dsn, "grants")
     assert result.returncode == 2
     assert result.stderr.strip() == "pgfleet: error: give --runtime ROLE, --producer ROLE or both"
-    missing = cli(owner_dsn, "grants", "--producer", "no_such_role_x", "--apply")
+    runtime = roles("runtime")
+    missing = cli(owner_dsn, "grants", "--runtime", runtime, "--producer", "no_such_role_x",
+                  "--apply")
     assert missing.returncode == 1
     assert missing.stderr.strip() == \
         'pgfleet: error: database error: role "no_such_role_x" does not exist'
+    # All or nothing: the runtime role's statements, which came first, were rolled back.
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        granted = one(conn, f"SELECT has_table_privilege('{runtime}', 'pgfleet.jobs', 'SELECT')")
+    assert granted == (False,)
 
 
 def test_a_running_row_without_a_lease_is_refused(owner_dsn: str) -> None:
