@@ -121,3 +121,6 @@ REVOKE ALL ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, 
     FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer,
                                            text) FROM PUBLIC;
+
+-- Back to the path every migration runs with (pgfleet.migrations.migrate).
+SET LOCAL search_path = pg_catalog, pgfleet;
