@@ -6,15 +6,21 @@
 
 ARG PYTHON_VERSION=3.12
 
-# ---- build: a virtualenv with pgfleet and its dependencies, wheels only -------------
+# ---- build: a virtualenv with pgfleet and its dependencies ---------------------------
 FROM python:${PYTHON_VERSION}-slim AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/pgfleet
+# Every dependency (and the build backend) at the version and hash of requirements.lock
+# (`make lock` writes it): a changed or substituted file on the index fails the build.
+COPY requirements.lock ./
+RUN /opt/pgfleet/bin/pip install --no-cache-dir --require-hashes -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN /opt/pgfleet/bin/pip install --no-cache-dir .
+# pgfleet itself from this source only: no dependency resolved, no build backend fetched.
+RUN /opt/pgfleet/bin/pip install --no-cache-dir --no-deps --no-build-isolation . \
+ && /opt/pgfleet/bin/pip uninstall --yes setuptools
 
 # ---- runtime: the virtualenv, the app, a non-root user --------------------------------
 FROM python:${PYTHON_VERSION}-slim AS runtime
@@ -22,9 +28,10 @@ LABEL org.opencontainers.image.title="pgfleet" \
       org.opencontainers.image.description="Background jobs on PostgreSQL: supervisor, workers, cron, metrics"
 RUN groupadd --system --gid 10001 pgfleet \
  && useradd --system --uid 10001 --gid pgfleet --home-dir /app --shell /usr/sbin/nologin pgfleet
+# The code stays root's: the runtime user can read and run it, not change it.
 COPY --from=build /opt/pgfleet /opt/pgfleet
 WORKDIR /app
-COPY --chown=pgfleet:pgfleet examples ./examples
+COPY examples ./examples
 ENV PATH=/opt/pgfleet/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

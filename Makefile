@@ -1,7 +1,7 @@
 # The two commands of the README: `make setup` installs everything, `make test` runs the tests.
 PYTHON ?= python3
 
-.PHONY: setup pgbouncer-service-off test lint quickstart bench
+.PHONY: setup pgbouncer-service-off test lint quickstart bench lock
 
 setup:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
@@ -33,3 +33,12 @@ quickstart:
 lint:
 	$(PYTHON) -m ruff check src tests bench examples
 	$(PYTHON) -m mypy
+
+# requirements.lock: the image's dependencies, pinned with the hashes of every file of
+# each release. pip-tools runs from a throwaway virtualenv: a tool, not a dependency.
+lock:
+	$(PYTHON) -m venv /tmp/pgfleet-piptools
+	/tmp/pgfleet-piptools/bin/pip install -q pip-tools
+	/tmp/pgfleet-piptools/bin/pip-compile --quiet --strip-extras --generate-hashes \
+	  --allow-unsafe --build-deps-for=wheel --no-emit-index-url --no-emit-find-links \
+	  --output-file requirements.lock pyproject.toml

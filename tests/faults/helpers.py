@@ -68,7 +68,7 @@ def job_row(dsn: str, job_id: int) -> dict[str, Any]:
 def create_runtime_role(cluster: Cluster, dbname: str, role: str,
                         password: str | None = None) -> None:
     """A LOGIN role with no DDL rights (not superuser, not owner, no CREATE anywhere),
-    with the grants docs/reliability.md documents (tests.support.pg.RUNTIME_GRANTS)."""
+    with the grants `pgfleet grants --runtime` prints (tests.support.pg.grant_runtime)."""
     with cluster.admin(dbname) as conn:
         pg.ensure_role(conn, role, password)
         pg.grant_runtime(conn, dbname, role, audit=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,41 @@ def test_compose_prometheus_scrapes_both_hosts_with_the_alerts() -> None:
     assert grafana["/var/lib/grafana/dashboards"] == "./grafana/dashboards"
     assert grafana["/etc/grafana/provisioning/dashboards"] == "./grafana/provisioning/dashboards"
 
+
+
+def _pinned() -> dict[str, list[str]]:
+    """requirements.lock: each pinned name with its hashes."""
+    text = re.sub(r"\\\n", " ", (ROOT / "requirements.lock").read_text())
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith(("#", " ")):
+            requirement, *options = line.split()
+            name, _, version = requirement.partition("==")
+            assert version, f"requirements.lock: {requirement} is not pinned"
+            found[re.sub(r"[-_.]+", "-", name).lower()] = [
+                o for o in options if o.startswith("--hash=sha256:")]
+    return found
+
+
+def test_image_dependencies_come_from_the_lock_with_hashes() -> None:
+    pinned = _pinned()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {re.sub(r"[-_.]+", "-", re.split(r"[\[<>=~! ;]", dep)[0]).lower()
+              for dep in project["dependencies"]} | {"psycopg-binary", "setuptools"}
+    assert wanted <= set(pinned), wanted - set(pinned)
+    assert all(pinned.values()), [name for name, hashes in pinned.items() if not hashes]
+    runs = [rest for word, rest in _instructions() if word == "RUN"]
+    installs = [run for run in runs if " install " in run]
+    assert any("--require-hashes -r requirements.lock" in run for run in installs)
+    # Every other install adds only pgfleet itself, nothing resolved from an index.
+    assert all("--require-hashes" in run or "--no-deps --no-build-isolation ." in run
+               for run in installs), installs
+
+
+def test_image_code_is_owned_by_root() -> None:
+    steps = _instructions()
+    copies = [rest for word, rest in steps if word == "COPY"]
+    assert not any("--chown" in rest for rest in copies), copies
+    runtime = steps[max(i for i, (word, _) in enumerate(steps) if word == "FROM"):]
+    user_at = next(i for i, (word, _) in enumerate(runtime) if word == "USER")
+    assert all(word != "COPY" for word, _ in runtime[user_at:])  # no copy as the runtime user

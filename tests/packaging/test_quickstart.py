@@ -81,7 +81,7 @@ def test_quick_start_runs_on_the_embedded_server(no_url_env: dict[str, str],
         url = subprocess.run(_argv("pgfleet dev --url"), cwd=ROOT, env=no_url_env,
                              capture_output=True, text=True, timeout=30)
         dsn = url.stdout.strip()
-        assert dsn.startswith("postgresql://postgres@127.0.0.1:"), url.stderr
+        assert dsn.startswith("postgresql://postgres@/pgfleet?host=/"), url.stderr
         with psycopg.connect(dsn) as conn:
             retried = conn.execute("SELECT count(*) FROM pgfleet.jobs WHERE attempt > 1"
                                    " AND state = 'succeeded'").fetchone()

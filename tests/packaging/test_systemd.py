@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import re
 import shutil
 import subprocess
 import sys
@@ -45,3 +46,13 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     ours = [line for line in (result.stdout + result.stderr).splitlines()
             if "pgfleet.service" in line]
     assert result.returncode == 0 and not ours, result.stdout + result.stderr
+
+
+def test_systemd_analyze_security_scores_at_most_two(tmp_path: Path) -> None:
+    unit = tmp_path / "pgfleet.service"
+    unit.write_text(UNIT.read_text())
+    result = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)],
+                            capture_output=True, text=True, timeout=60)
+    found = re.search(r"Overall exposure level for pgfleet\.service: (\d+\.\d+)", result.stdout)
+    assert found, result.stdout + result.stderr
+    assert float(found[1]) <= 2.0, result.stdout

@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgfleet import migrations
+from pgfleet import grants, migrations
 
 ADMIN_DSN = os.environ.get("PGFLEET_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -49,16 +49,9 @@ CREATE TABLE IF NOT EXISTS audit (
 """
 
 
-# The least-privilege runtime role (docs/reliability.md shows the same grants): data access
-# to pgfleet's tables, nothing that can change the schema. {db} and {role} are identifiers.
+# The least-privilege runtime role: exactly the statements `pgfleet grants --runtime`
+# prints (src/pgfleet/sql/grants.sql, shown in docs/security.md).
 RUNTIME_ROLE = "pgfleet_runtime"
-RUNTIME_GRANTS = """
-GRANT CONNECT ON DATABASE {db} TO {role};
-GRANT USAGE ON SCHEMA pgfleet TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA pgfleet TO {role};
-GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgfleet TO {role};
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgfleet TO {role};
-"""
 # The test tasks' audit table is the suite's, not pgfleet's: the runtime role may write it.
 AUDIT_GRANT = "GRANT SELECT, INSERT ON audit TO {role}"
 
@@ -82,12 +75,12 @@ def ensure_role(conn: psycopg.Connection[Any], role: str,
 
 def grant_runtime(conn: psycopg.Connection[Any], dbname: str, role: str,
                   audit: bool = True) -> None:
-    """Give `role` the documented runtime grants on the database `conn` is connected to
-    (as its owner)."""
-    ids = {"db": sql.Identifier(dbname), "role": sql.Identifier(role)}
-    statements = RUNTIME_GRANTS.strip().splitlines() + ([AUDIT_GRANT] if audit else [])
-    for statement in statements:
-        conn.execute(sql.SQL(statement).format(**ids))  # type: ignore[arg-type]
+    """Give `role` the runtime grants of `pgfleet grants` on the database `conn` is
+    connected to (as its owner)."""
+    for statement in grants.statements(dbname, runtime=role):
+        conn.execute(statement)
+    if audit:
+        conn.execute(sql.SQL(AUDIT_GRANT).format(role=sql.Identifier(role)))
 
 
 _roles_ensured: set[tuple[Any, Any]] = set()

@@ -12,6 +12,7 @@ from pgfleet.cli.common import EXIT_USAGE, fail, global_options
 from pgfleet.cli.cron import cron
 from pgfleet.cli.dev import dev
 from pgfleet.cli.enqueue import enqueue
+from pgfleet.cli.grants import grants
 from pgfleet.cli.jobs import jobs
 from pgfleet.cli.migrate import migrate
 from pgfleet.cli.queues import queues
@@ -34,7 +35,7 @@ def cli(ctx: click.Context, log_format: str) -> None:
 
 
 for _command in (migrate, enqueue, worker, jobs, queues, check, config_schema, run, status,
-                 cron, dev, web):
+                 cron, dev, web, grants):
     cli.add_command(_command)
 
 

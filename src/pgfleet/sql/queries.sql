@@ -25,13 +25,17 @@ SELECT q, t, a::jsonb, p, coalesce(r, now() + make_interval(secs => d)), m, u
               %(unique_keys)b::text[])
        WITH ORDINALITY AS x(q, t, a, p, r, d, m, u, ord)
  ORDER BY ord
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
+ON CONFLICT (task, unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
 DO NOTHING
-RETURNING id, unique_key
+RETURNING id, task, unique_key
 
 -- name: existing_by_unique_key :many
-SELECT unique_key, id FROM pgfleet.jobs
- WHERE unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('queued', 'running')
+-- Unique keys are scoped per task: (task, unique key) pairs, as two parallel arrays.
+SELECT j.task, j.unique_key, j.id
+  FROM pgfleet.jobs j
+  JOIN unnest(%(tasks)s::text[], %(unique_keys)s::text[]) AS k(task, unique_key)
+    ON j.task = k.task AND j.unique_key = k.unique_key
+ WHERE j.state IN ('queued', 'running')
 
 -- name: claim :many
 -- R1: lock due rows of one queue in claim order through the partial index, skipping rows

@@ -1,0 +1,37 @@
+-- The least-privilege grants `pgfleet grants` prints or applies, as the owner of the
+-- pgfleet schema (the ALTER ROLE behind a pooler needs CREATEROLE or a superuser). {db}, {runtime} and
+-- {producer} are identifiers filled in by pgfleet.grants. Each block first takes back
+-- whatever the role held in the schema, so applying it again converges on exactly this.
+
+-- role: runtime
+-- The supervisor, workers and operator commands: data access to pgfleet's tables, no DDL,
+-- and only reading the migrations table (a bogus version would make every host unready).
+GRANT CONNECT ON DATABASE {db} TO {runtime};
+GRANT USAGE ON SCHEMA pgfleet TO {runtime};
+REVOKE ALL ON ALL TABLES IN SCHEMA pgfleet FROM {runtime};
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgfleet FROM {runtime};
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgfleet FROM {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.jobs TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queues TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.processes TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.schedule_runs TO {runtime};
+GRANT SELECT ON pgfleet.migrations TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text) TO {runtime};
+
+-- role: runtime-pooler
+-- Only with PGFLEET_DATABASE_POOLER=transaction: PgBouncer refuses the startup option that
+-- pins each connection's search_path, so the role pins it in this database. Unqualified
+-- names in other code logging in as this role then no longer find objects in public.
+ALTER ROLE {runtime} IN DATABASE {db} SET search_path = pg_catalog, pgfleet;
+
+-- role: producer
+-- Application code that only adds jobs: the enqueue functions run as their owner, so the
+-- producer reads and writes no table.
+GRANT CONNECT ON DATABASE {db} TO {producer};
+GRANT USAGE ON SCHEMA pgfleet TO {producer};
+REVOKE ALL ON ALL TABLES IN SCHEMA pgfleet FROM {producer};
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgfleet FROM {producer};
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgfleet FROM {producer};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text) TO {producer};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text) TO {producer};

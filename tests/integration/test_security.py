@@ -1,0 +1,210 @@
+"""Security: pgfleet's functions and queries cannot be redirected by objects planted in
+public, the producer role holds, running rows stay leased, unique keys are per task."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgfleet
+from pgfleet import migrations
+from tests.support import pg
+from tests.support.roles import login_roles, plant_trap, role_dsn, trap_hits
+from tests.support.workers import wait_for, worker_thread
+
+Roles = Callable[[str], str]
+
+
+@pytest.fixture
+def owner_dsn(template_db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A migrated database as its owner, whatever PGFLEET_TEST_ROLE says: these tests
+    create roles and grant to them."""
+    with pg.fresh_database(template_db) as url:
+        monkeypatch.setenv("PGFLEET_AUDIT_DSN", url)
+        monkeypatch.setenv("PGFLEET_DATABASE_URL", url)
+        yield url
+
+
+@pytest.fixture
+def roles(owner_dsn: str) -> Iterator[Roles]:
+    with login_roles(owner_dsn) as make:
+        yield make
+
+
+def cli(dsn: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pgfleet", *argv], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PGFLEET_DATABASE_URL": dsn})
+
+
+def one(conn: psycopg.Connection[Any], query: str) -> Any:
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return row
+
+
+def test_planted_operator_does_not_run_in_enqueue_or_the_trigger(
+        owner_dsn: str, roles: Roles) -> None:
+    plant_trap(owner_dsn, roles("attacker"))
+    # The caller's search_path is the default one, with public on it.
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        first = one(conn, "SELECT pgfleet.enqueue('noop', '{}', unique_key => 'k')")[0]
+        # The second call finds the first job: the SELECT path of the function.
+        again = one(conn, "SELECT * FROM pgfleet.enqueue_job('noop', unique_key => 'k')")
+        assert again == (first, False)
+        # A plain INSERT fires the NOTIFY trigger on its own.
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task) VALUES ('default', 'noop')")
+        assert trap_hits(conn) == []
+
+
+def test_planted_operator_does_not_run_in_status_or_a_worker_claim(
+        owner_dsn: str, roles: Roles) -> None:
+    job_id = pgfleet.enqueue(owner_dsn, "noop")
+    plant_trap(owner_dsn, roles("attacker"))
+    status = cli(owner_dsn, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    with worker_thread(owner_dsn):
+        wait_for(lambda: pg_state(owner_dsn, job_id) == "succeeded")
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        assert trap_hits(conn) == []
+
+
+def pg_state(dsn: str, job_id: int) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return str(one(conn, f"SELECT state::text FROM pgfleet.jobs WHERE id = {job_id}")[0])
+
+
+def test_producer_enqueues_but_cannot_read_or_write_jobs(owner_dsn: str, roles: Roles) -> None:
+    producer = roles("producer")
+    applied = cli(owner_dsn, "grants", "--producer", producer, "--apply")
+    assert applied.returncode == 0, applied.stderr
+    as_producer = role_dsn(owner_dsn, producer)
+    job_id = pgfleet.enqueue(as_producer, "send", {"token": "secret"})
+    with psycopg.connect(as_producer, autocommit=True) as conn:
+        again = one(conn, "SELECT * FROM pgfleet.enqueue_job('send', unique_key => 'u')")
+        assert again[1] is True
+        for statement in ("SELECT args FROM pgfleet.jobs",
+                          "INSERT INTO pgfleet.jobs (queue, task) VALUES ('q', 't')",
+                          "UPDATE pgfleet.jobs SET state = 'dead'",
+                          "SELECT * FROM pgfleet.migrations"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+    # The bulk insert writes rows itself: that takes the runtime role.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        pgfleet.enqueue_many(as_producer, [{"task": "send"}])
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        assert one(conn, f"SELECT args->>'token' FROM pgfleet.jobs WHERE id = {job_id}")[0] \
+            == "secret"
+
+
+def test_enqueue_is_not_executable_by_public(owner_dsn: str, roles: Roles) -> None:
+    stranger = roles("stranger")
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        conn.execute(f'GRANT USAGE ON SCHEMA pgfleet TO "{stranger}"')
+    with (psycopg.connect(role_dsn(owner_dsn, stranger), autocommit=True) as conn,
+          pytest.raises(psycopg.errors.InsufficientPrivilege,
+                        match="permission denied for function enqueue")):
+        conn.execute("SELECT pgfleet.enqueue('noop')")
+
+
+def test_runtime_role_reads_but_cannot_write_migrations(owner_dsn: str, roles: Roles) -> None:
+    runtime = roles("runtime")
+    printed = cli(owner_dsn, "grants", "--runtime", runtime)
+    assert printed.returncode == 0 and "GRANT SELECT ON pgfleet.migrations" in printed.stdout
+    applied = cli(owner_dsn, "grants", "--runtime", runtime, "--apply")
+    assert applied.returncode == 0, applied.stderr
+    with psycopg.connect(role_dsn(owner_dsn, runtime), autocommit=True) as conn:
+        assert one(conn, "SELECT max(version) FROM pgfleet.migrations")[0] \
+            == migrations.latest_version()
+        for statement in ("INSERT INTO pgfleet.migrations (version, name) VALUES (999, 'x')",
+                          "UPDATE pgfleet.migrations SET version = 999",
+                          "DELETE FROM pgfleet.migrations"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+
+
+def test_grants_names_what_is_missing(owner_dsn: str, roles: Roles) -> None:
+    result = cli(owner_dsn, "grants")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "pgfleet: error: give --runtime ROLE, --producer ROLE or both"
+    runtime = roles("runtime")
+    missing = cli(owner_dsn, "grants", "--runtime", runtime, "--producer", "no_such_role_x",
+                  "--apply")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == \
+        'pgfleet: error: database error: role "no_such_role_x" does not exist'
+    # All or nothing: the runtime role's statements, which came first, were rolled back.
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        granted = one(conn, f"SELECT has_table_privilege('{runtime}', 'pgfleet.jobs', 'SELECT')")
+    assert granted == (False,)
+
+
+def test_a_running_row_without_a_lease_is_refused(owner_dsn: str) -> None:
+    job_id = pgfleet.enqueue(owner_dsn, "noop")
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        for statement in (
+                f"UPDATE pgfleet.jobs SET state = 'running' WHERE id = {job_id}",
+                f"UPDATE pgfleet.jobs SET state = 'running', lease_holder = 'h'"
+                f" WHERE id = {job_id}",
+                "INSERT INTO pgfleet.jobs (queue, task, state, lease_expires_at)"
+                " VALUES ('q', 't', 'running', now())"):
+            with pytest.raises(psycopg.errors.CheckViolation, match="jobs_running_leased"):
+                conn.execute(statement)
+        conn.execute("UPDATE pgfleet.jobs SET state = 'running', lease_holder = 'h',"
+                     f" lease_expires_at = now() WHERE id = {job_id}")
+
+
+def test_two_tasks_may_use_the_same_unique_key(owner_dsn: str) -> None:
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        a = one(conn, "SELECT * FROM pgfleet.enqueue_job('a', unique_key => 'k')")
+        b = one(conn, "SELECT * FROM pgfleet.enqueue_job('b', unique_key => 'k')")
+        a_again = one(conn, "SELECT * FROM pgfleet.enqueue_job('a', unique_key => 'k')")
+        b_id = one(conn, "SELECT pgfleet.enqueue('b', unique_key => 'k')")[0]
+    assert a[1] is True and b[1] is True and a[0] != b[0]
+    assert a_again == (a[0], False) and b_id == b[0]
+    # The Python client, one by one and in bulk, scopes keys the same way.
+    assert pgfleet.enqueue(owner_dsn, "c", unique_key="k") not in (a[0], b[0])
+    many = pgfleet.enqueue_many(owner_dsn, [
+        {"task": "a", "unique_key": "k"}, {"task": "d", "unique_key": "k"},
+        {"task": "b", "unique_key": "k"}, {"task": "d", "unique_key": "k"}])
+    assert many[0] == a[0] and many[2] == b[0] and many[1] == many[3]
+    assert many[1] not in (a[0], b[0])
+
+
+def test_upgrade_gives_an_unleased_running_row_an_expired_lease(empty_dsn: str) -> None:
+    migrations.migrate(empty_dsn, target=3)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task, state, attempt)"
+                     " VALUES ('q', 't', 'running', 1)")
+    migrations.migrate(empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        row = one(conn, "SELECT state::text, lease_holder, lease_expires_at <= now()"
+                        " FROM pgfleet.jobs")
+    assert row == ("running", "pgfleet-migration-0005", True)
+
+
+def test_every_connection_pins_its_search_path(owner_dsn: str) -> None:
+    from pgfleet.db import connect
+
+    # A setting the DSN gives is kept beside the pinned path.
+    with connect(owner_dsn + " options='-c statement_timeout=7s'") as conn:
+        assert one(conn, "SHOW search_path")[0] == "pg_catalog,pgfleet"
+        assert one(conn, "SHOW statement_timeout")[0] == "7s"
+
+
+def test_migrating_does_not_run_a_planted_operator(empty_dsn: str) -> None:
+    migrations.migrate(empty_dsn, target=3)
+    with login_roles(empty_dsn) as make:
+        plant_trap(empty_dsn, make("attacker"))
+        with psycopg.connect(empty_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO pgfleet.jobs (queue, task, state, attempt)"
+                         " VALUES ('q', 't', 'running', 1)")
+            conn.execute("DELETE FROM public.trap_hits")
+        migrations.migrate(empty_dsn)
+        with psycopg.connect(empty_dsn, autocommit=True) as conn:
+            assert trap_hits(conn) == []
