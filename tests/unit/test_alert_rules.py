@@ -23,10 +23,23 @@ PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 EXPECTED_ALERTS = {
     "PgfleetBacklogTooOld",
     "PgfleetDeadJobsIncreasing",
+    "PgfleetWorkerCrashed",
     "PgfleetQueueCrashLooping",
+    "PgfleetHostDown",
     "PgfleetNoSupervisor",
+    "PgfleetDatabaseDown",
     "PgfleetScheduleMissed",
 }
+
+# Exported identically by every host (read from the database): aggregate with max.
+DATABASE_GAUGES = (
+    "pgfleet_queue_oldest_job_age_seconds",
+    "pgfleet_queue_paused",
+    "pgfleet_queue_jobs",
+    "pgfleet_schedule_next_run_timestamp_seconds",
+    "pgfleet_schedule_last_run_timestamp_seconds",
+    "pgfleet_process_heartbeat_age_seconds",
+)
 
 KNOWN_METRICS = metric_names.KNOWN_METRICS
 
@@ -108,6 +121,6 @@ def test_alert_has_severity_annotations_and_known_metrics(rule: dict[str, object
     for name in re.findall(r"pgfleet_[a-z_]+", expr):
         assert re.sub(r"_(bucket|count|sum)$", "", name) in KNOWN_METRICS, name
     # Database-backed gauges are identical on every host: aggregate with max, never sum.
-    for gauge in ("pgfleet_queue_oldest_job_age_seconds", "pgfleet_queue_paused"):
+    for gauge in DATABASE_GAUGES:
         if gauge in expr:
             assert re.search(rf"max by \([a-z_, ]+\) \({gauge}\b", expr), expr
