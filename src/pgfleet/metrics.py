@@ -3,7 +3,8 @@
 In a supervised run PROMETHEUS_MULTIPROC_DIR is set by the supervisor before any child
 imports this module, so prometheus-client writes each process's values to that directory
 and the exporter aggregates them. Labels stay bounded: queue, task (registered names only),
-outcome, reason, schedule. Never a job id, pid, args or error text.
+outcome, reason, schedule, and host and kind of the registered processes. Never a job id,
+pid, args or error text.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ jobs_rescued = Counter(
 worker_restarts = Counter(
     "pgfleet_worker_restarts",
     "Worker processes replaced, by reason (crashed, killed, timeout, recycled, stale, "
-    "start_failed).",
+    "start_failed, lease_lost, exited).",
     ["queue", "reason"],
 )
 queue_failed = Gauge(
@@ -63,6 +64,14 @@ queue_failed = Gauge(
 supervisor_up = Gauge(
     "pgfleet_supervisor_up", "1 while this host's supervisor runs.",
     multiprocess_mode="livemax",
+)
+# Whether this host reaches the database (1) or not (0). livemostrecent: the series is
+# absent until a process has measured it and again once that process is gone, so a host
+# that never checked shows nothing rather than a false 0; if more than one process measures
+# it, the latest measurement wins.
+database_up = Gauge(
+    "pgfleet_database_up", "1 when this host's last database check answered, 0 when it failed.",
+    multiprocess_mode="livemostrecent",
 )
 build_info = Gauge(
     "pgfleet_build_info", "The running pgfleet version.", ["version"],
@@ -81,6 +90,15 @@ queue_oldest_age = Gauge(
 queue_paused = Gauge(
     "pgfleet_queue_paused", "1 when the queue is paused.", ["queue"],
     multiprocess_mode="livemostrecent",
+)
+# From the processes table, so every host exports every host's row: max() over instances.
+# `host` is the name the processes register with (socket.gethostname()), not Prometheus's
+# `instance`; a host that stops beating shows a growing age until its rows are pruned.
+process_heartbeat_age = Gauge(
+    "pgfleet_process_heartbeat_age_seconds",
+    "Seconds since the stalest heartbeat of a host's processes of one kind (supervisor, "
+    "maintenance, worker), from the database.",
+    ["host", "kind"], multiprocess_mode="livemostrecent",
 )
 
 QUEUE_STATES = ("queued", "scheduled", "running", "dead")

@@ -46,8 +46,9 @@ SCHEDULES = {"tick": {"cron": "* * * * * *", "task": "noop", "queue": "default"}
 
 OUTCOMES = {"succeeded", "failed", "timed_out", "crashed", "dead"}
 ALERT_NAMES = {
-    "PgfleetBacklogTooOld", "PgfleetDeadJobsIncreasing", "PgfleetQueueCrashLooping",
-    "PgfleetNoSupervisor", "PgfleetScheduleMissed",
+    "PgfleetBacklogTooOld", "PgfleetDeadJobsIncreasing", "PgfleetWorkerCrashed",
+    "PgfleetQueueCrashLooping", "PgfleetHostDown", "PgfleetNoSupervisor",
+    "PgfleetDatabaseDown", "PgfleetScheduleMissed",
 }  # fmt: skip
 
 # Series the traffic must move, so the panels show real values and not only zeros.

@@ -23,10 +23,23 @@ PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 EXPECTED_ALERTS = {
     "PgfleetBacklogTooOld",
     "PgfleetDeadJobsIncreasing",
+    "PgfleetWorkerCrashed",
     "PgfleetQueueCrashLooping",
+    "PgfleetHostDown",
     "PgfleetNoSupervisor",
+    "PgfleetDatabaseDown",
     "PgfleetScheduleMissed",
 }
+
+# Exported identically by every host (read from the database): aggregate with max.
+DATABASE_GAUGES = (
+    "pgfleet_queue_oldest_job_age_seconds",
+    "pgfleet_queue_paused",
+    "pgfleet_queue_jobs",
+    "pgfleet_schedule_next_run_timestamp_seconds",
+    "pgfleet_schedule_last_run_timestamp_seconds",
+    "pgfleet_process_heartbeat_age_seconds",
+)
 
 KNOWN_METRICS = metric_names.KNOWN_METRICS
 
@@ -108,6 +121,27 @@ def test_alert_has_severity_annotations_and_known_metrics(rule: dict[str, object
     for name in re.findall(r"pgfleet_[a-z_]+", expr):
         assert re.sub(r"_(bucket|count|sum)$", "", name) in KNOWN_METRICS, name
     # Database-backed gauges are identical on every host: aggregate with max, never sum.
-    for gauge in ("pgfleet_queue_oldest_job_age_seconds", "pgfleet_queue_paused"):
+    for gauge in DATABASE_GAUGES:
         if gauge in expr:
             assert re.search(rf"max by \([a-z_, ]+\) \({gauge}\b", expr), expr
+
+
+def _documented_alerts() -> dict[str, list[str]]:
+    """alert name -> test names, from the alerts table of docs/monitoring.md."""
+    text = (REPO_ROOT / "docs" / "monitoring.md").read_text()
+    rows = re.findall(r"^\| `(Pgfleet\w+)` \|(.*)\|$", text, re.M)
+    return {name: [t.strip() for t in cells.split("|")[-1].split(";")] for name, cells in rows}
+
+
+def test_monitoring_page_names_a_test_for_every_alert() -> None:
+    documented = _documented_alerts()
+    assert set(documented) == EXPECTED_ALERTS
+    tests = yaml.safe_load(ALERTS_TEST.read_text())["tests"]
+    alerts_of = {
+        test["name"]: {case["alertname"] for case in test.get("alert_rule_test", [])}
+        for test in tests
+    }
+    for alert, names in documented.items():
+        for name in names:
+            assert name in alerts_of, f"monitoring.md: {alert}: no test named {name!r}"
+            assert alert in alerts_of[name], f"test {name!r} never evaluates {alert}"

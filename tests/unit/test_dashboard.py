@@ -22,7 +22,6 @@ KNOWN_METRICS = metric_names.KNOWN_METRICS
 
 # Read from the database and exported identically by every host: summing them across
 # instances multiplies the value by the number of hosts.
-# Read from the database by every host, so every host exports the same value.
 DATABASE_GAUGES = {
     "pgfleet_jobs_enqueued_total",
     "pgfleet_queue_jobs",
@@ -30,6 +29,7 @@ DATABASE_GAUGES = {
     "pgfleet_schedule_last_run_timestamp_seconds",
     "pgfleet_schedule_next_run_timestamp_seconds",
     "pgfleet_queue_paused",
+    "pgfleet_process_heartbeat_age_seconds",
 }
 
 # Metrics without a queue label; all others must honour the $queue variable.
@@ -39,6 +39,8 @@ QUEUELESS_METRICS = {
     "pgfleet_schedule_next_run_timestamp_seconds",
     "pgfleet_supervisor_up",
     "pgfleet_build_info",
+    "pgfleet_database_up",
+    "pgfleet_process_heartbeat_age_seconds",
 }
 
 AGGREGATIONS = {
@@ -212,6 +214,17 @@ def test_required_panels_present(dashboard: dict[str, Any]) -> None:
         "time() - max by (schedule) (pgfleet_schedule_last_run_timestamp_seconds)",
         "pgfleet_supervisor_up",
         "pgfleet_queue_failed",
+        # dead jobs: how many there are and how fast they come
+        'max by (queue) (pgfleet_queue_jobs{queue=~"$queue", state="dead"})',
+        'sum by (queue) (rate(pgfleet_jobs_finished_total{queue=~"$queue", outcome="dead"}',
+        # hosts: supervisors (0 while not scraped), workers, heartbeat age
+        "max by (instance) (pgfleet_supervisor_up) or max by (instance) (up{",
+        'sum by (instance, queue) (pgfleet_workers{queue=~"$queue"})',
+        "max by (host, kind) (pgfleet_process_heartbeat_age_seconds)",
+        # database reachability, lost leases
+        "min by (instance) (pgfleet_database_up)",
+        "min(pgfleet_database_up)",
+        'sum by (queue) (rate(pgfleet_jobs_lease_lost_total{queue=~"$queue"}',
     ):
         assert needle in exprs, needle
     for quantile in ("0.5", "0.95", "0.99"):
@@ -301,3 +314,74 @@ def test_provisioning_files() -> None:
     (provider,) = providers["providers"]
     assert provider["type"] == "file"
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def panel_by_title(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
+    [panel] = [p for p in data_panels(dashboard) if p["title"] == title]
+    return panel
+
+
+def promtool_eval(tmp_path: Path, series: dict[str, str],
+                  cases: list[tuple[str, list[tuple[str, float]]]]) -> None:
+    """Evaluate dashboard expressions in promtool against `series` (one value each, the
+    same for 10 minutes) and compare the samples at 5m with the expected (labels, value)."""
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    (tmp_path / "none.yml").write_text("groups: []\n")
+    tests = {
+        "rule_files": ["none.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [{"series": name, "values": f"{value}+0x10"}
+                             for name, value in series.items()],
+            "promql_expr_test": [
+                {"expr": expr.replace("$__rate_interval", "1m").replace("$queue", ".*"),
+                 "eval_time": "5m",
+                 "exp_samples": [{"labels": labels, "value": value}
+                                 for labels, value in expected]}
+                for expr, expected in cases
+            ],
+        }],
+    }
+    test_file = tmp_path / "dashboard_test.yml"
+    test_file.write_text(yaml.safe_dump(tests))
+    result = subprocess.run([promtool, "test", "rules", str(test_file)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_queue_paused_on_purpose_does_not_turn_oldest_waiting_red(
+    dashboard: dict[str, Any], tmp_path: Path
+) -> None:
+    stat = panel_by_title(dashboard, "Oldest waiting job (not paused)")
+    steps = stat["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1] == {"color": "red", "value": 300}  # PgfleetBacklogTooOld's threshold
+    chart = panel_by_title(dashboard, "Oldest waiting job age")
+    working, paused = chart["targets"]
+    assert paused["legendFormat"].endswith("(paused)")
+    [override] = chart["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byFrameRefID", "options": paused["refId"]}
+    assert {"id": "color", "value": {"mode": "fixed", "fixedColor": "#8e8e8e"}} in override[
+        "properties"]
+    series = {}
+    for host in ("a:9464", "b:9464"):
+        for queue, age, flag in (("emails", "30", "0"), ("held", "5000", "1")):
+            labels = f'instance="{host}",job="pgfleet",queue="{queue}"'
+            series[f"pgfleet_queue_oldest_job_age_seconds{{{labels}}}"] = age
+            series[f"pgfleet_queue_paused{{{labels}}}"] = flag
+    promtool_eval(tmp_path, series, [
+        (stat["targets"][0]["expr"], [("{}", 30)]),
+        (working["expr"], [('{queue="emails"}', 30)]),
+        (paused["expr"], [('{queue="held"}', 5000)]),
+    ])
+
+
+def test_a_host_that_is_not_scraped_shows_0_supervisors(
+    dashboard: dict[str, Any], tmp_path: Path
+) -> None:
+    [target] = panel_by_title(dashboard, "Supervisors up per host")["targets"]
+    promtool_eval(tmp_path, {
+        'up{instance="a:9464",job="pgfleet"}': "1",
+        'pgfleet_supervisor_up{instance="a:9464",job="pgfleet"}': "1",
+        'up{instance="b:9464",job="pgfleet"}': "0",
+    }, [(target["expr"], [('{instance="a:9464"}', 1), ('{instance="b:9464"}', 0)])])
