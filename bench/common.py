@@ -166,6 +166,13 @@ def title(pid: int) -> str:
         return ""
 
 
+def child_env() -> dict[str, str]:
+    """The environment for benchmark child processes: `bench` importable, and the caller's
+    PYTHONPATH kept first, so `PYTHONPATH=$PWD/src` measures this tree's pgfleet."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([*paths, str(BENCH_DIR.parent)]))
+
+
 def write_config(name: str, queue_overrides: dict[str, Any] | None = None,
                  top: dict[str, Any] | None = None) -> Path:
     config = yaml.safe_load(BASE_CONFIG.read_text())
@@ -192,8 +199,7 @@ class Supervisor:
         return self.proc.pid
 
     def start(self, timeout: float = 60.0) -> None:
-        env = dict(os.environ, PGFLEET_DATABASE_URL=self.db.dsn, BENCH_DSN=self.db.dsn,
-                   PYTHONPATH=str(BENCH_DIR.parent))
+        env = dict(child_env(), PGFLEET_DATABASE_URL=self.db.dsn, BENCH_DSN=self.db.dsn)
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(["pgfleet", "run", "-c", str(self.config)], env=env,
                                          stdout=out, stderr=subprocess.STDOUT)
