@@ -3,12 +3,13 @@
     python -m bench.probes bulk      # enqueue_many: validation and INSERT variants
     python -m bench.probes single    # single enqueue: autocommit, sync off, one transaction
     python -m bench.probes loop      # claim + complete protocol: autocommit vs one transaction
-    python -m bench.probes ab-drain --baseline-src /path/to/old/src   # drain, old vs new code
+    python -m bench.probes ab-drain --baseline-src /path/to/old/src [--mode backlog]
+                                     [--claim 100 --threads 8 --jobs 100000]
 
-`ab-drain` alternates `pgfleet run` from the working tree and from another source tree
-(e.g. `git worktree add /tmp/old HEAD~1` then `--baseline-src /tmp/old/src`), so both see
-the same machine noise; it prints the per-round ratio new/old. Each probe uses a database
-of its own, created and dropped.
+`ab-drain` alternates `pgfleet run` from the working tree (PYTHONPATH) and from another
+source tree (e.g. `git worktree add /tmp/old HEAD~1` then `--baseline-src /tmp/old/src`),
+so both see the same machine noise; it prints the per-round ratio new/old. Each probe uses
+a database of its own, created and dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +27,7 @@ import pgfleet
 from bench import common
 from bench import scenarios as sc
 from bench.common import Database
+from bench.systems import MODES, Setup, drain
 from pgfleet import client, store
 
 N_BULK = 50_000
@@ -147,39 +148,36 @@ def loop(db: Database, runs: int) -> None:
     _report(out, "")
 
 
-def ab_drain(db: Database, runs: int, baseline_src: str) -> None:
-    original = common.Supervisor.start
-    source = {"tree": ""}
-
-    def start(self: common.Supervisor, timeout: float = 60.0) -> None:
-        path = str(common.BENCH_DIR.parent)
-        if source["tree"]:
-            path = f"{source['tree']}:{path}"
-        env = dict(os.environ, PGFLEET_DATABASE_URL=self.db.dsn, BENCH_DSN=self.db.dsn,
-                   PYTHONPATH=path)
-        with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(["pgfleet", "run", "-c", str(self.config)], env=env,
-                                         stdout=out, stderr=subprocess.STDOUT)
-        self.wait_workers(timeout)
-
-    common.Supervisor.start = start  # type: ignore[method-assign]
-    out: dict[str, list[float]] = {"old (jobs/s)": [], "new (jobs/s)": [], "new/old": []}
+def ab_drain(db: Database, runs: int, baseline_src: str, mode: str, claim: int,
+             threads: int, jobs: int) -> None:
+    """pgfleet from this tree (PYTHONPATH) against pgfleet from baseline_src, alternating
+    (old new, new old, ...), each a drain of bench/systems.py in the given mode."""
+    setup = Setup("pgfleet", claim, threads)
+    own = os.environ.get("PYTHONPATH", "")
+    trees = {"old": os.pathsep.join([baseline_src, own]), "new": own}
+    out: dict[str, list[float]] = {"old (jobs/s)": [], "new (jobs/s)": [],
+                                   "old slowest/median second": [],
+                                   "new slowest/median second": []}
+    ratios = []
     try:
         for index in range(runs):
             rates = {}
-            for tree in (baseline_src, "") if index % 2 == 0 else ("", baseline_src):
-                source["tree"] = tree
-                rates[tree] = sc.drain_pgfleet(db, 50_000)["jobs_per_s"]
-            out["old (jobs/s)"].append(rates[baseline_src])
-            out["new (jobs/s)"].append(rates[""])
-            out["new/old"].append(rates[""] / rates[baseline_src])
-            common.log(f"round {index + 1}: old {rates[baseline_src]:,.0f}, "
-                       f"new {rates['']:,.0f} jobs/s")
+            for name in ("old", "new") if index % 2 == 0 else ("new", "old"):
+                os.environ["PYTHONPATH"] = trees[name]
+                run = drain(db, setup, jobs, mode)
+                rates[name] = run["jobs_per_s"]
+                out[f"{name} (jobs/s)"].append(run["jobs_per_s"])
+                if run["steadiness"] is not None:
+                    out[f"{name} slowest/median second"].append(run["steadiness"] * 1000)
+            ratios.append(rates["new"] / rates["old"])
+            common.log(f"round {index + 1}: old {rates['old']:,.0f}, new {rates['new']:,.0f}"
+                       f" jobs/s")
     finally:
-        common.Supervisor.start = original  # type: ignore[method-assign]
-    print("new/old per round:", [round(r, 3) for r in out["new/old"]],
-          "median", round(statistics.median(out["new/old"]), 3))
-    _report({k: v for k, v in out.items() if k != "new/old"}, "")
+        os.environ["PYTHONPATH"] = own
+    print(f"{setup.label}, {mode}, {jobs:,} jobs")
+    print("new/old per round:", [round(r, 3) for r in ratios],
+          "median", round(statistics.median(ratios), 3))
+    _report(out, "(steadiness x1000)")
 
 
 def main() -> None:
@@ -187,6 +185,11 @@ def main() -> None:
     parser.add_argument("probe", choices=("bulk", "single", "loop", "ab-drain"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-src", help="for ab-drain: the old code's src directory")
+    parser.add_argument("--mode", choices=MODES, default="arrival", help="for ab-drain")
+    parser.add_argument("--claim", type=int, default=100,
+                        help="for ab-drain: threads + prefetch (the largest claim)")
+    parser.add_argument("--threads", type=int, default=8, help="for ab-drain")
+    parser.add_argument("--jobs", type=int, default=50_000, help="for ab-drain")
     args = parser.parse_args()
     if args.probe == "ab-drain" and not args.baseline_src:
         parser.error("ab-drain needs --baseline-src")
@@ -202,7 +205,8 @@ def main() -> None:
         elif args.probe == "loop":
             loop(db, args.runs)
         else:
-            ab_drain(db, args.runs, args.baseline_src)
+            ab_drain(db, args.runs, args.baseline_src, args.mode, args.claim, args.threads,
+                     args.jobs)
     except psycopg.Error as exc:
         raise SystemExit(f"probe failed: {exc}") from None
     finally:
