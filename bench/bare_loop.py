@@ -5,8 +5,16 @@
 One process: claim up to BATCH due jobs of queue 'default' with pgfleet's own claim shape
 (SKIP LOCKED CTE over the partial claim index, lease the rows), finish exactly those rows,
 repeat; two autocommit statements per batch, prepared once. No task lookup, no threads, no
-heartbeats, no metrics, no fencing by attempt. When a claim comes back short it waits for a
-NOTIFY on pgfleet_jobs (or 50 ms) before claiming again. Runs until SIGTERM.
+heartbeats, no metrics, no fencing (the finish goes by id alone). When a claim comes back
+short it waits for a NOTIFY on pgfleet_jobs (or 50 ms) before claiming again. Runs until
+SIGTERM.
+
+The session plans every execution for its parameters (plan_cache_mode =
+force_custom_plan): asyncpg prepares both statements, and a generic plan that PostgreSQL
+caches while the table is empty (the loop polls an empty queue before jobs arrive) seq-scans
+and sorts the whole table on every claim and joins it back by a nested loop: measured,
+~300 jobs/s instead of thousands. pgfleet's psycopg connections prepare a statement after
+its fifth execution and can fall into the same trap (see docs/performance.md).
 """
 
 from __future__ import annotations
@@ -38,12 +46,12 @@ RETURNING j.id, j.task, j.args
 FINISH = """
 UPDATE pgfleet.jobs
    SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL
- WHERE id = ANY($1::bigint[]) AND state = 'running' AND lease_holder = $2
+ WHERE id = ANY($1::bigint[])
 """
 
 
 async def main(dsn: str, batch: int) -> None:
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, server_settings={"plan_cache_mode": "force_custom_plan"})
     wake = asyncio.Event()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -57,7 +65,7 @@ async def main(dsn: str, batch: int) -> None:
     while not stop.is_set():
         rows = await claim.fetch(batch, holder)
         if rows:
-            await finish.fetch([r["id"] for r in rows], holder)
+            await finish.fetch([r["id"] for r in rows])
         if len(rows) < batch:
             wake.clear()
             with contextlib.suppress(TimeoutError):

@@ -3,6 +3,8 @@
     python -m bench.probes bulk      # enqueue_many: validation and INSERT variants
     python -m bench.probes single    # single enqueue: autocommit, sync off, one transaction
     python -m bench.probes loop      # claim + complete protocol: autocommit vs one transaction
+    python -m bench.probes idle-arrival [--idle 15]  # arrival after the workers idled
+    python -m bench.probes complete-plans    # complete_succeeded's generic plan, 2 variants
     python -m bench.probes ab-drain --baseline-src /path/to/old/src [--mode backlog]
                                      [--claim 100 --threads 8 --jobs 100000]
 
@@ -180,16 +182,79 @@ def ab_drain(db: Database, runs: int, baseline_src: str, mode: str, claim: int,
     _report(out, "(steadiness x1000)")
 
 
+def idle_arrival(db: Database, runs: int, jobs: int, idle: float) -> None:
+    """Arrival drains after the workers polled the empty queue 0.5 s and `idle` s,
+    alternating: after ~11 polls psycopg has prepared the claim and PostgreSQL may cache a
+    generic plan made for an empty table."""
+    setup = Setup("pgfleet", 100, 8)
+    out: dict[str, list[float]] = {"idle 0.5 s (jobs/s)": [], f"idle {idle:g} s (jobs/s)": []}
+    for index in range(runs):
+        for wait in (0.5, idle) if index % 2 == 0 else (idle, 0.5):
+            rate = drain(db, setup, jobs, "arrival", idle=wait)["jobs_per_s"]
+            out[f"idle {wait:g} s (jobs/s)"].append(rate)
+            common.log(f"round {index + 1}: idle {wait:g} s: {rate:,.0f} jobs/s")
+    _report(out, "")
+
+
+COMPLETE_VARIANTS = {
+    # today's statement: the holder fence is indexable, and the generic plan that psycopg's
+    # prepared statement gets walks jobs_lease_holder_idx and re-scans the id list per row
+    "holder = (today)": "j.lease_holder = $1",
+    # the same fence written so that only the primary key can find the rows
+    "holder IS NOT DISTINCT FROM": "j.lease_holder IS NOT DISTINCT FROM $1",
+}
+
+
+def complete_plans(db: Database, runs: int) -> None:
+    """complete_succeeded's generic plan (what a prepared statement runs) against the
+    variant that only the primary key can serve: best-of-`runs` execution time of a
+    completion of 10/50/100/200 running jobs (EXPLAIN ANALYZE, rolled back)."""
+    sql = (store.q("complete_succeeded").decode().replace("%(worker)s", "$1")
+           .replace("%(ids)s", "$2").replace("%(attempts)s", "$3"))
+    db.reset()
+    db.insert_jobs(100_000)
+    db.vacuum()
+    with db.connect() as conn:
+        conn.execute("UPDATE pgfleet.jobs SET state = 'running', lease_holder = 'w', attempt = 1"
+                     " WHERE id IN (SELECT id FROM pgfleet.jobs ORDER BY id LIMIT 200)")
+        ids = [r[0] for r in conn.execute(
+            "SELECT id FROM pgfleet.jobs WHERE lease_holder = 'w' ORDER BY id").fetchall()]
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        for n, (label, fence) in enumerate(COMPLETE_VARIANTS.items()):
+            conn.execute(f"PREPARE c{n}(text, bigint[], int[]) AS "
+                         + sql.replace("j.lease_holder = $1", fence))
+            for batch in (10, 50, 100, 200):
+                total = find = float("inf")
+                for _ in range(runs):
+                    with conn.transaction():
+                        cur = psycopg.ClientCursor(conn).execute(
+                            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE c{n}('w',"
+                            " %s::bigint[], %s::int[])", (ids[:batch], [1] * batch))
+                        (plan,) = cur.fetchone()[0]
+                        conn.execute("ROLLBACK")
+                    total = min(total, plan["Execution Time"])
+                    # the rows' lookup alone: the join under the UPDATE node
+                    join = plan["Plan"]["Plans"][0]
+                    find = min(find, join["Actual Total Time"])
+                # Times swing with the machine's load; the pairs the join compared do not.
+                compared = join.get("Rows Removed by Join Filter", 0) + join["Actual Rows"]
+                print(f"complete {batch:>3} jobs, {label:28s} {join['Node Type']}:"
+                      f" {compared:>6} pairs compared; finding the rows {find:7.3f} ms,"
+                      f" statement {total:7.3f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("probe", choices=("bulk", "single", "loop", "ab-drain"))
+    parser.add_argument("probe", choices=("bulk", "single", "loop", "ab-drain", "idle-arrival",
+                                          "complete-plans"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-src", help="for ab-drain: the old code's src directory")
     parser.add_argument("--mode", choices=MODES, default="arrival", help="for ab-drain")
     parser.add_argument("--claim", type=int, default=100,
                         help="for ab-drain: threads + prefetch (the largest claim)")
     parser.add_argument("--threads", type=int, default=8, help="for ab-drain")
-    parser.add_argument("--jobs", type=int, default=50_000, help="for ab-drain")
+    parser.add_argument("--jobs", type=int, default=50_000, help="for ab-drain, idle-arrival")
+    parser.add_argument("--idle", type=float, default=15.0, help="for idle-arrival (seconds)")
     args = parser.parse_args()
     if args.probe == "ab-drain" and not args.baseline_src:
         parser.error("ab-drain needs --baseline-src")
@@ -204,6 +269,10 @@ def main() -> None:
             single(db, args.runs)
         elif args.probe == "loop":
             loop(db, args.runs)
+        elif args.probe == "complete-plans":
+            complete_plans(db, args.runs)
+        elif args.probe == "idle-arrival":
+            idle_arrival(db, args.runs, args.jobs, args.idle)
         else:
             ab_drain(db, args.runs, args.baseline_src, args.mode, args.claim, args.threads,
                      args.jobs)

@@ -203,8 +203,9 @@ def steadiness(counts: list[int]) -> float | None:
     return min(whole) / statistics.median(whole)
 
 
-def drain(db: Database, setup: Setup, n: int, mode: str) -> dict[str, Any]:
-    """One drain of n no-op jobs; returns jobs/s, seconds, the timeline and its steadiness."""
+def drain(db: Database, setup: Setup, n: int, mode: str, idle: float = 0.5) -> dict[str, Any]:
+    """One drain of n no-op jobs; returns jobs/s, seconds, the timeline and its steadiness.
+    idle: in arrival mode, how long the workers poll the empty queue before the jobs land."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}")
     _reset(db, setup)
@@ -213,7 +214,7 @@ def drain(db: Database, setup: Setup, n: int, mode: str) -> dict[str, Any]:
         _enqueue(db, setup, n)
     with _workers(db, setup) as procs:
         if mode == "arrival":
-            time.sleep(0.5)  # workers past their first (empty) claim, listening
+            time.sleep(idle)  # workers past their first (empty) claims, listening
             t0 = _enqueue(db, setup, n)
         _wait_done(db, setup, n, procs)
     family = _family(setup)
