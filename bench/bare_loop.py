@@ -27,6 +27,8 @@ import sys
 
 import asyncpg
 
+from bench.common import run_async
+
 CLAIM = """
 WITH c AS MATERIALIZED (
     SELECT id FROM pgfleet.jobs
@@ -75,9 +77,4 @@ async def main(dsn: str, batch: int) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        from uvloop import new_event_loop as loop_factory
-    except ImportError:
-        loop_factory = None  # type: ignore[assignment]
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(main(sys.argv[1], int(sys.argv[2])))
+    run_async(main(sys.argv[1], int(sys.argv[2])))

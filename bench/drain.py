@@ -24,8 +24,7 @@ import os
 import time
 from typing import Any
 
-from bench.common import BENCH_DIR, Database, log, summary
-from bench.run import machine
+from bench.common import BENCH_DIR, Database, log, machine, summary
 from bench.systems import MODES, PROCESSES, Setup, drain, install_pgqueuer
 
 QUICK = {"sweep_jobs": 10_000, "sweep_rounds": 1, "jobs": 50_000, "rounds": 3,

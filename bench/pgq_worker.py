@@ -18,6 +18,8 @@ from pgqueuer import AsyncpgDriver, PsycopgDriver, QueueManager
 from pgqueuer.models import Job
 from pgqueuer.queries import Queries
 
+from bench.common import run_async
+
 DRIVERS = ("asyncpg", "psycopg")
 
 
@@ -53,9 +55,4 @@ async def main(dsn: str, batch_size: int, driver: str) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        from uvloop import new_event_loop as loop_factory
-    except ImportError:
-        loop_factory = None  # type: ignore[assignment]
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+    run_async(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
