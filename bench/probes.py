@@ -179,7 +179,8 @@ def ab_drain(db: Database, runs: int, baseline_src: str, mode: str, claim: int,
     print(f"{setup.label}, {mode}, {jobs:,} jobs")
     print("new/old per round:", [round(r, 3) for r in ratios],
           "median", round(statistics.median(ratios), 3))
-    _report(out, "(steadiness x1000)")
+    _report({k: v for k, v in out.items() if "jobs/s" in k}, "")
+    _report({k: v for k, v in out.items() if "jobs/s" not in k and v}, "(x1000)")
 
 
 def idle_arrival(db: Database, runs: int, jobs: int, idle: float) -> None:
