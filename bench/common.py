@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import platform
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,36 @@ WORK = Path(tempfile.mkdtemp(prefix="pgfleet-bench-"))
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run_async(main: Coroutine[Any, Any, None]) -> None:
+    """Run a benchmark worker's coroutine, on uvloop when it is installed (as PgQueuer's own
+    CLI does)."""
+    try:
+        from uvloop import new_event_loop as loop_factory
+    except ImportError:
+        loop_factory = None  # type: ignore[assignment]
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main)
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def machine() -> dict[str, Any]:
+    mem_kib = 0
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    pg = subprocess.run(["psql", "--version"], capture_output=True, text=True).stdout.strip()
+    return {"nproc": os.cpu_count(), "mem_gib": round(mem_kib / 2**20, 1),
+            "python": platform.python_version(), "kernel": platform.release(), "psql": pg,
+            **{name: _version(name) for name in ("pgfleet", "pgqueuer", "asyncpg", "psycopg")}}
 
 
 def summary(values: Sequence[float]) -> dict[str, Any]:
@@ -166,6 +199,13 @@ def title(pid: int) -> str:
         return ""
 
 
+def child_env() -> dict[str, str]:
+    """The environment for benchmark child processes: `bench` importable, and the caller's
+    PYTHONPATH kept first, so `PYTHONPATH=$PWD/src` measures this tree's pgfleet."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([*paths, str(BENCH_DIR.parent)]))
+
+
 def write_config(name: str, queue_overrides: dict[str, Any] | None = None,
                  top: dict[str, Any] | None = None) -> Path:
     config = yaml.safe_load(BASE_CONFIG.read_text())
@@ -192,8 +232,7 @@ class Supervisor:
         return self.proc.pid
 
     def start(self, timeout: float = 60.0) -> None:
-        env = dict(os.environ, PGFLEET_DATABASE_URL=self.db.dsn, BENCH_DSN=self.db.dsn,
-                   PYTHONPATH=str(BENCH_DIR.parent))
+        env = dict(child_env(), PGFLEET_DATABASE_URL=self.db.dsn, BENCH_DSN=self.db.dsn)
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(["pgfleet", "run", "-c", str(self.config)], env=env,
                                          stdout=out, stderr=subprocess.STDOUT)

@@ -1,4 +1,6 @@
-"""One PgQueuer worker process for the peer comparison: `python -m bench.pgq_worker DSN BATCH`.
+"""One PgQueuer worker process for the peer comparison:
+`python -m bench.pgq_worker DSN BATCH DRIVER` (DRIVER: asyncpg, PgQueuer's recommended
+driver, or psycopg).
 
 Runs a QueueManager (no scheduler) with a no-op async entrypoint until SIGTERM/SIGINT.
 Uses uvloop when installed, as PgQueuer's own CLI does.
@@ -10,16 +12,35 @@ import asyncio
 import signal
 import sys
 from datetime import timedelta
+from typing import Any
 
-import psycopg
-from pgqueuer import PsycopgDriver, QueueManager
+from pgqueuer import AsyncpgDriver, PsycopgDriver, QueueManager
 from pgqueuer.models import Job
 from pgqueuer.queries import Queries
 
+from bench.common import run_async
 
-async def main(dsn: str, batch_size: int) -> None:
-    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    qm = QueueManager(Queries(PsycopgDriver(conn)))
+DRIVERS = ("asyncpg", "psycopg")
+
+
+async def open_driver(dsn: str, driver: str) -> tuple[Any, Any]:
+    """(PgQueuer driver, connection to close afterwards)."""
+    if driver == "asyncpg":
+        import asyncpg
+
+        conn = await asyncpg.connect(dsn)
+        return AsyncpgDriver(conn), conn
+    if driver == "psycopg":
+        import psycopg
+
+        pconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        return PsycopgDriver(pconn), pconn
+    raise SystemExit(f"pgq_worker: unknown driver {driver!r} (one of {', '.join(DRIVERS)})")
+
+
+async def main(dsn: str, batch_size: int, driver: str) -> None:
+    pg_driver, conn = await open_driver(dsn, driver)
+    qm = QueueManager(Queries(pg_driver))
 
     @qm.entrypoint("noop")
     async def noop(job: Job) -> None:
@@ -34,9 +55,4 @@ async def main(dsn: str, batch_size: int) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        from uvloop import new_event_loop as loop_factory
-    except ImportError:
-        loop_factory = None  # type: ignore[assignment]
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(main(sys.argv[1], int(sys.argv[2])))
+    run_async(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))

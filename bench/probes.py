@@ -3,12 +3,15 @@
     python -m bench.probes bulk      # enqueue_many: validation and INSERT variants
     python -m bench.probes single    # single enqueue: autocommit, sync off, one transaction
     python -m bench.probes loop      # claim + complete protocol: autocommit vs one transaction
-    python -m bench.probes ab-drain --baseline-src /path/to/old/src   # drain, old vs new code
+    python -m bench.probes idle-arrival [--idle 15]  # arrival after the workers idled
+    python -m bench.probes complete-plans    # complete_succeeded's generic plan, 2 variants
+    python -m bench.probes ab-drain --baseline-src /path/to/old/src [--mode backlog]
+                                     [--claim 100 --threads 8 --jobs 100000]
 
-`ab-drain` alternates `pgfleet run` from the working tree and from another source tree
-(e.g. `git worktree add /tmp/old HEAD~1` then `--baseline-src /tmp/old/src`), so both see
-the same machine noise; it prints the per-round ratio new/old. Each probe uses a database
-of its own, created and dropped.
+`ab-drain` alternates `pgfleet run` from the working tree (PYTHONPATH) and from another
+source tree (e.g. `git worktree add /tmp/old HEAD~1` then `--baseline-src /tmp/old/src`),
+so both see the same machine noise; it prints the per-round ratio new/old. Each probe uses
+a database of its own, created and dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +29,7 @@ import pgfleet
 from bench import common
 from bench import scenarios as sc
 from bench.common import Database
+from bench.systems import MODES, Setup, drain
 from pgfleet import client, store
 
 N_BULK = 50_000
@@ -147,46 +150,112 @@ def loop(db: Database, runs: int) -> None:
     _report(out, "")
 
 
-def ab_drain(db: Database, runs: int, baseline_src: str) -> None:
-    original = common.Supervisor.start
-    source = {"tree": ""}
-
-    def start(self: common.Supervisor, timeout: float = 60.0) -> None:
-        path = str(common.BENCH_DIR.parent)
-        if source["tree"]:
-            path = f"{source['tree']}:{path}"
-        env = dict(os.environ, PGFLEET_DATABASE_URL=self.db.dsn, BENCH_DSN=self.db.dsn,
-                   PYTHONPATH=path)
-        with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(["pgfleet", "run", "-c", str(self.config)], env=env,
-                                         stdout=out, stderr=subprocess.STDOUT)
-        self.wait_workers(timeout)
-
-    common.Supervisor.start = start  # type: ignore[method-assign]
-    out: dict[str, list[float]] = {"old (jobs/s)": [], "new (jobs/s)": [], "new/old": []}
+def ab_drain(db: Database, runs: int, baseline_src: str, mode: str, claim: int,
+             threads: int, jobs: int) -> None:
+    """pgfleet from this tree (PYTHONPATH) against pgfleet from baseline_src, alternating
+    (old new, new old, ...), each a drain of bench/systems.py in the given mode."""
+    setup = Setup("pgfleet", claim, threads)
+    own = os.environ.get("PYTHONPATH", "")
+    trees = {"old": os.pathsep.join([baseline_src, own]), "new": own}
+    out: dict[str, list[float]] = {"old (jobs/s)": [], "new (jobs/s)": [],
+                                   "old slowest/median second": [],
+                                   "new slowest/median second": []}
+    ratios = []
     try:
         for index in range(runs):
             rates = {}
-            for tree in (baseline_src, "") if index % 2 == 0 else ("", baseline_src):
-                source["tree"] = tree
-                rates[tree] = sc.drain_pgfleet(db, 50_000)["jobs_per_s"]
-            out["old (jobs/s)"].append(rates[baseline_src])
-            out["new (jobs/s)"].append(rates[""])
-            out["new/old"].append(rates[""] / rates[baseline_src])
-            common.log(f"round {index + 1}: old {rates[baseline_src]:,.0f}, "
-                       f"new {rates['']:,.0f} jobs/s")
+            for name in ("old", "new") if index % 2 == 0 else ("new", "old"):
+                os.environ["PYTHONPATH"] = trees[name]
+                run = drain(db, setup, jobs, mode)
+                rates[name] = run["jobs_per_s"]
+                out[f"{name} (jobs/s)"].append(run["jobs_per_s"])
+                if run["steadiness"] is not None:
+                    out[f"{name} slowest/median second"].append(run["steadiness"] * 1000)
+            ratios.append(rates["new"] / rates["old"])
+            common.log(f"round {index + 1}: old {rates['old']:,.0f}, new {rates['new']:,.0f}"
+                       f" jobs/s")
     finally:
-        common.Supervisor.start = original  # type: ignore[method-assign]
-    print("new/old per round:", [round(r, 3) for r in out["new/old"]],
-          "median", round(statistics.median(out["new/old"]), 3))
-    _report({k: v for k, v in out.items() if k != "new/old"}, "")
+        os.environ["PYTHONPATH"] = own
+    print(f"{setup.label}, {mode}, {jobs:,} jobs")
+    print("new/old per round:", [round(r, 3) for r in ratios],
+          "median", round(statistics.median(ratios), 3))
+    _report({k: v for k, v in out.items() if "jobs/s" in k}, "")
+    _report({k: v for k, v in out.items() if "jobs/s" not in k and v}, "(x1000)")
+
+
+def idle_arrival(db: Database, runs: int, jobs: int, idle: float) -> None:
+    """Arrival drains after the workers polled the empty queue 0.5 s and `idle` s,
+    alternating: after ~11 polls psycopg has prepared the claim and PostgreSQL may cache a
+    generic plan made for an empty table."""
+    setup = Setup("pgfleet", 100, 8)
+    out: dict[str, list[float]] = {"idle 0.5 s (jobs/s)": [], f"idle {idle:g} s (jobs/s)": []}
+    for index in range(runs):
+        for wait in (0.5, idle) if index % 2 == 0 else (idle, 0.5):
+            rate = drain(db, setup, jobs, "arrival", idle=wait)["jobs_per_s"]
+            out[f"idle {wait:g} s (jobs/s)"].append(rate)
+            common.log(f"round {index + 1}: idle {wait:g} s: {rate:,.0f} jobs/s")
+    _report(out, "")
+
+
+COMPLETE_VARIANTS = {
+    # today's statement: the holder fence is indexable, and the generic plan that psycopg's
+    # prepared statement gets walks jobs_lease_holder_idx and re-scans the id list per row
+    "holder = (today)": "j.lease_holder = $1",
+    # the same fence written so that only the primary key can find the rows
+    "holder IS NOT DISTINCT FROM": "j.lease_holder IS NOT DISTINCT FROM $1",
+}
+
+
+def complete_plans(db: Database, runs: int) -> None:
+    """complete_succeeded's generic plan (what a prepared statement runs) against the
+    variant that only the primary key can serve: best-of-`runs` execution time of a
+    completion of 10/50/100/200 running jobs (EXPLAIN ANALYZE, rolled back)."""
+    sql = (store.q("complete_succeeded").decode().replace("%(worker)s", "$1")
+           .replace("%(ids)s", "$2").replace("%(attempts)s", "$3"))
+    db.reset()
+    db.insert_jobs(100_000)
+    db.vacuum()
+    with db.connect() as conn:
+        conn.execute("UPDATE pgfleet.jobs SET state = 'running', lease_holder = 'w', attempt = 1"
+                     " WHERE id IN (SELECT id FROM pgfleet.jobs ORDER BY id LIMIT 200)")
+        ids = [r[0] for r in conn.execute(
+            "SELECT id FROM pgfleet.jobs WHERE lease_holder = 'w' ORDER BY id").fetchall()]
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        for n, (label, fence) in enumerate(COMPLETE_VARIANTS.items()):
+            conn.execute(f"PREPARE c{n}(text, bigint[], int[]) AS "
+                         + sql.replace("j.lease_holder = $1", fence))
+            for batch in (10, 50, 100, 200):
+                total = find = float("inf")
+                for _ in range(runs):
+                    with conn.transaction():
+                        cur = psycopg.ClientCursor(conn).execute(
+                            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE c{n}('w',"
+                            " %s::bigint[], %s::int[])", (ids[:batch], [1] * batch))
+                        (plan,) = cur.fetchone()[0]
+                        conn.execute("ROLLBACK")
+                    total = min(total, plan["Execution Time"])
+                    # the rows' lookup alone: the join under the UPDATE node
+                    join = plan["Plan"]["Plans"][0]
+                    find = min(find, join["Actual Total Time"])
+                # Times swing with the machine's load; the pairs the join compared do not.
+                compared = join.get("Rows Removed by Join Filter", 0) + join["Actual Rows"]
+                print(f"complete {batch:>3} jobs, {label:28s} {join['Node Type']}:"
+                      f" {compared:>6} pairs compared; finding the rows {find:7.3f} ms,"
+                      f" statement {total:7.3f} ms")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("probe", choices=("bulk", "single", "loop", "ab-drain"))
+    parser.add_argument("probe", choices=("bulk", "single", "loop", "ab-drain", "idle-arrival",
+                                          "complete-plans"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-src", help="for ab-drain: the old code's src directory")
+    parser.add_argument("--mode", choices=MODES, default="arrival", help="for ab-drain")
+    parser.add_argument("--claim", type=int, default=100,
+                        help="for ab-drain: threads + prefetch (the largest claim)")
+    parser.add_argument("--threads", type=int, default=8, help="for ab-drain")
+    parser.add_argument("--jobs", type=int, default=50_000, help="for ab-drain, idle-arrival")
+    parser.add_argument("--idle", type=float, default=15.0, help="for idle-arrival (seconds)")
     args = parser.parse_args()
     if args.probe == "ab-drain" and not args.baseline_src:
         parser.error("ab-drain needs --baseline-src")
@@ -201,8 +270,13 @@ def main() -> None:
             single(db, args.runs)
         elif args.probe == "loop":
             loop(db, args.runs)
+        elif args.probe == "complete-plans":
+            complete_plans(db, args.runs)
+        elif args.probe == "idle-arrival":
+            idle_arrival(db, args.runs, args.jobs, args.idle)
         else:
-            ab_drain(db, args.runs, args.baseline_src)
+            ab_drain(db, args.runs, args.baseline_src, args.mode, args.claim, args.threads,
+                     args.jobs)
     except psycopg.Error as exc:
         raise SystemExit(f"probe failed: {exc}") from None
     finally:

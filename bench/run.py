@@ -13,15 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import time
-from importlib.metadata import version
 from typing import Any
 
+from bench import drain as comparison
 from bench import scenarios as sc
-from bench.common import BENCH_DIR, Database, log, summary
+from bench.common import BENCH_DIR, Database, log, machine, summary
 from bench.sqlloop import sqlloop
+from bench.systems import install_pgqueuer
 
 SECTIONS = ("drain", "enqueue", "latency", "recovery", "scale", "memory", "profile")
 
@@ -32,76 +31,26 @@ QUICK = {"runs": 3, "drain_jobs": 50_000, "latency_jobs": 500, "recovery_runs": 
          "window": 10_000, "baseline": 10_000, "backlog": 200_000, "history": 1_000_000,
          "restarts": 200, "bulk_jobs": 50_000, "single_seconds": 3.0}
 
-PGQ_BATCHES = (10, 50, 100)   # PgQueuer settings tried in a quick sweep; best one is used
-PGQ_PROCESSES = (1, 2)
 PGBENCH_BATCH = 32            # = threads + prefetch of the bench config: one worker claim
-PGBENCH_CLIENTS = (2, 4)
-
-
-def machine() -> dict[str, Any]:
-    mem_kib = 0
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    pg = subprocess.run(["psql", "--version"], capture_output=True, text=True).stdout.strip()
-    return {"nproc": os.cpu_count(), "mem_gib": round(mem_kib / 2**20, 1),
-            "python": platform.python_version(), "kernel": platform.release(),
-            "psql": pg, "pgfleet": version("pgfleet"), "pgqueuer": version("pgqueuer")}
 
 
 def run_drain(db: Database, p: dict[str, Any], results: dict[str, Any]) -> None:
-    n = p["drain_jobs"]
-    sc.install_pgqueuer(db)
-    # PgQueuer: a short sweep of batch size x processes on the same jobs, then its best.
-    sweep = {}
-    for procs in PGQ_PROCESSES:
-        for batch in PGQ_BATCHES:
-            rate = sc.drain_pgqueuer(db, n, batch, procs)["jobs_per_s"]
-            sweep[f"processes={procs},batch_size={batch}"] = rate
-            log(f"pgqueuer sweep procs={procs} batch={batch}: {rate:,.0f} jobs/s")
-    best = max(sweep, key=lambda k: sweep[k])
-    best_procs, best_batch = (int(x.split("=")[1]) for x in best.split(","))
-    ceiling_sweep = {}
-    for clients in PGBENCH_CLIENTS:
-        rate = sc.pgbench_ceiling(db, n, PGBENCH_BATCH, clients)["jobs_per_s"]
-        ceiling_sweep[f"clients={clients}"] = rate
-        log(f"pgbench sweep clients={clients}: {rate:,.0f} jobs/s")
-    best_clients = int(max(ceiling_sweep, key=lambda k: ceiling_sweep[k]).split("=")[1])
-    # Interleaved rounds: each round measures all three under the same noise.
-    rows: dict[str, list[float]] = {"pgfleet": [], "pgqueuer": [], "pgbench": [],
-                                    "vs_pgqueuer": [], "vs_pgbench": [], "commits_per_job": []}
-    for r in range(p["runs"]):
-        fleet = sc.drain_pgfleet(db, n)
-        peer = sc.drain_pgqueuer(db, n, best_batch, best_procs)["jobs_per_s"]
-        ceiling = sc.pgbench_ceiling(db, n, PGBENCH_BATCH, best_clients)["jobs_per_s"]
-        rows["pgfleet"].append(fleet["jobs_per_s"])
-        rows["commits_per_job"].append(fleet["commits_per_job"])
-        rows["pgqueuer"].append(peer)
-        rows["pgbench"].append(ceiling)
-        rows["vs_pgqueuer"].append(fleet["jobs_per_s"] / peer)
-        rows["vs_pgbench"].append(fleet["jobs_per_s"] / ceiling)
-        log(f"drain round {r + 1}: pgfleet {fleet['jobs_per_s']:,.0f}, pgqueuer {peer:,.0f}, "
-            f"pgbench {ceiling:,.0f} jobs/s")
-    sleepy = []
-    for _ in range(p["runs"]):
-        sleepy.append(sc.drain_pgfleet(db, n // 5, "bench.sleep_1ms",
-                                       {"threads": 64, "prefetch": 16})["jobs_per_s"])
+    """The comparison of bench/drain.py (its quick or full parameters), the pgbench
+    ceiling for the record, and a drain of 1-ms sleeping jobs."""
+    params = dict(comparison.QUICK if p["runs"] <= 3 else comparison.FULL)
+    install_pgqueuer(db)
+    sweep = comparison.run_sweep(db, params)
+    out: dict[str, Any] = {"params": params, "sweep": sweep,
+                           "rounds": comparison.run_rounds(db, params, sweep)}
+    out["pgbench_ceiling_jobs_per_s"] = sc.pgbench_ceiling(db, p["drain_jobs"], PGBENCH_BATCH,
+                                                          2)["jobs_per_s"]
+    n = p["drain_jobs"] // 5
+    sleepy = [sc.drain_pgfleet(db, n, "bench.sleep_1ms", {"threads": 64, "prefetch": 16}
+                               )["jobs_per_s"] for _ in range(p["runs"])]
     log(f"drain sleep_1ms x64 threads: {sleepy}")
-    results["drain"] = {
-        "jobs": n, "pgfleet_jobs_per_s": summary(rows["pgfleet"]),
-        "pgfleet_commits_per_job": summary(rows["commits_per_job"]),
-        "pgqueuer_jobs_per_s": summary(rows["pgqueuer"]),
-        "pgqueuer_settings": {"processes": best_procs, "batch_size": best_batch,
-                              "driver": "psycopg async (+uvloop)", "sweep": sweep},
-        "pgbench_ceiling_jobs_per_s": summary(rows["pgbench"]),
-        "pgbench_settings": {"batch": PGBENCH_BATCH, "clients": best_clients,
-                             "sweep": ceiling_sweep},
-        "ratio_to_pgqueuer": summary(rows["vs_pgqueuer"]),
-        "ratio_to_pgbench": summary(rows["vs_pgbench"]),
-        "sleep_1ms": {"jobs": n // 5, "threads_per_process": 64, "processes": 2,
-                      "jobs_per_s": summary(sleepy)},
-    }
+    out["sleep_1ms"] = {"jobs": n, "threads_per_process": 64, "processes": 2,
+                        "jobs_per_s": summary(sleepy)}
+    results["drain"] = out
 
 
 def run_enqueue(db: Database, p: dict[str, Any], results: dict[str, Any]) -> None:
@@ -186,16 +135,12 @@ def targets(res: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                      None if med is None else bool(ok(med))))
 
     d, e, lat = res.get("drain", {}), res.get("enqueue", {}), res.get("latency", {})
-    add("drain no-op, pgfleet (jobs/s)", d.get("pgfleet_jobs_per_s"), "", lambda v: True)
-    add("drain no-op, PgQueuer best (jobs/s)", d.get("pgqueuer_jobs_per_s"), "", lambda v: True)
-    add("drain ceiling, pgbench (jobs/s)", d.get("pgbench_ceiling_jobs_per_s"), "",
-        lambda v: True)
-    add("pgfleet / PgQueuer", d.get("ratio_to_pgqueuer"), ">= 1.5x", lambda v: v >= 1.5,
-        "x", 2)
-    add("pgfleet / pgbench ceiling", d.get("ratio_to_pgbench"), ">= 0.40", lambda v: v >= 0.4,
-        "", 2)
-    add("drain 1-ms sleep, 2x64 threads (jobs/s)", d.get("sleep_1ms", {}).get("jobs_per_s"),
-        "", lambda v: True)
+    if "rounds" in d:
+        rows += comparison.table(d)
+        rows.append(("drain ceiling, pgbench claim 32 + finish (jobs/s)",
+                     f"{d['pgbench_ceiling_jobs_per_s']:,.0f}", "", None))
+        add("drain 1-ms sleep, 2x64 threads (jobs/s)", d["sleep_1ms"]["jobs_per_s"], "",
+            lambda v: True)
     add("enqueue single, 1 client (jobs/s)", e.get("single_jobs_per_s"), ">= 4,000",
         lambda v: v >= 4000)
     add("enqueue single, synchronous_commit=off opt-in (jobs/s)",

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
-from datetime import datetime
 from typing import Any
 
 import pgfleet
@@ -67,82 +64,6 @@ def drain_pgfleet(db: Database, n: int, task: str = "bench.noop",
     seconds = (t_end - t0).total_seconds()
     return {"jobs_per_s": n / seconds, "seconds": seconds,
             "commits_per_job": commits / n}
-
-
-def drain_pgqueuer(db: Database, n: int, batch_size: int, processes: int) -> dict[str, Any]:
-    """PgQueuer's QueueManager in `processes` processes, same protocol as drain_pgfleet."""
-    with db.connect() as conn:
-        conn.execute("TRUNCATE pgqueuer, pgqueuer_log")
-        conn.execute("VACUUM ANALYZE pgqueuer")
-        conn.execute("VACUUM ANALYZE pgqueuer_log")
-    env = dict(os.environ, PYTHONPATH=str(BENCH_DIR.parent))
-    procs = []
-    logs = []
-    try:
-        for i in range(processes):
-            out = open(WORK / f"pgq-{i}.log", "wb")  # noqa: SIM115 - closed below
-            logs.append(out)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "bench.pgq_worker", db.dsn, str(batch_size)],
-                env=env, stdout=subprocess.PIPE, stderr=out))
-        for p in procs:
-            assert p.stdout is not None
-            if p.stdout.readline().strip() != b"ready":
-                raise RuntimeError("pgqueuer worker did not start; see " + str(WORK))
-        time.sleep(1.0)  # LISTEN set up and first (empty) dequeue done
-        t0 = asyncio.run(_pgq_enqueue(db.dsn, n))
-
-        def drained(count: int) -> bool:
-            if any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"a pgqueuer worker exited; see {WORK}")
-            return count == 0
-
-        db.wait_for("SELECT count(*) FROM pgqueuer", drained, timeout=600, interval=0.05)
-        # The completion log is flushed in batches; wait until every job has its row.
-        t_end = db.wait_for(
-            "SELECT CASE WHEN count(*) >= %s THEN max(created) END FROM pgqueuer_log"
-            " WHERE status = 'successful'", lambda v: v is not None, timeout=60,
-            interval=0.05, params=(n,))
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for out in logs:
-            out.close()
-    seconds = (t_end - t0).total_seconds()
-    return {"jobs_per_s": n / seconds, "seconds": seconds}
-
-
-async def _pgq_enqueue(dsn: str, n: int) -> datetime:
-    import psycopg
-    from pgqueuer import PsycopgDriver
-    from pgqueuer.queries import Queries
-
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        queries = Queries(PsycopgDriver(conn))
-        await queries.enqueue(["noop"] * n, [None] * n, [0] * n)
-        cur = await conn.execute("SELECT clock_timestamp()")
-        row = await cur.fetchone()
-    assert row is not None
-    t0: datetime = row[0]
-    return t0
-
-
-async def _pgq_install(dsn: str) -> None:
-    import psycopg
-    from pgqueuer import PsycopgDriver
-    from pgqueuer.queries import Queries
-
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await Queries(PsycopgDriver(conn)).install()
-
-
-def install_pgqueuer(db: Database) -> None:
-    asyncio.run(_pgq_install(db.dsn))
 
 
 def pgbench_ceiling(db: Database, n: int, batch: int, clients: int) -> dict[str, Any]:
