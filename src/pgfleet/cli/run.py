@@ -37,7 +37,7 @@ def run() -> None:
     metrics_dir = fresh_metrics_dir()
     try:
         # Imported only now: prometheus-client reads PROMETHEUS_MULTIPROC_DIR at import.
-        from pgfleet.supervisor import Supervisor
+        from pgfleet.supervisor.arbiter import Supervisor
 
         code = Supervisor(path, config, dsn).run()
     finally:
