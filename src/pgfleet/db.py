@@ -86,14 +86,21 @@ def resolve_dsn(explicit: str | None = None) -> str | None:
 # pgfleet's own queries name their tables with the schema, but operators and functions are
 # found through search_path: a schema anyone can create in (public) must not be on it.
 SEARCH_PATH = "pg_catalog,pgfleet"
+# psycopg prepares a statement after its 5th run and PostgreSQL then may switch to a generic
+# plan. A worker that polled an empty queue gets a generic claim (and completion) planned
+# for an empty table, which then scans and sorts the whole backlog on every claim: drains
+# after 15 s of idling ran at a tenth of the rate (bench.probes idle-arrival). Planning
+# each execution costs well under a millisecond for these statements.
+PLAN_CACHE_MODE = "force_custom_plan"
 
 
 def pinned_options(dsn: str, given: str | None = None) -> str:
-    """The connection's `options` with search_path pinned last (so it wins), keeping any
-    other setting the DSN, the caller or PGOPTIONS gave."""
+    """The connection's `options` with search_path and plan_cache_mode pinned last (so
+    they win), keeping any other setting the DSN, the caller or PGOPTIONS gave."""
     if given is None:
         given = str(conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS") or "")
-    return f"{given} -c search_path={SEARCH_PATH}".strip()
+    return (f"{given} -c search_path={SEARCH_PATH} "
+            f"-c plan_cache_mode={PLAN_CACHE_MODE}").strip()
 
 
 def connect(dsn: str, *, autocommit: bool = True, application_name: str | None = None,

@@ -197,6 +197,15 @@ def test_every_connection_pins_its_search_path(owner_dsn: str) -> None:
         assert one(conn, "SHOW statement_timeout")[0] == "7s"
 
 
+def test_every_connection_plans_each_execution(owner_dsn: str) -> None:
+    """A generic plan cached while a queue was empty scans the whole backlog on every
+    claim later (bench.probes idle-arrival: a tenth of the rate after 15 s idle)."""
+    from pgfleet.db import connect
+
+    with connect(owner_dsn) as conn:
+        assert one(conn, "SHOW plan_cache_mode")[0] == "force_custom_plan"
+
+
 def test_migrating_does_not_run_a_planted_operator(empty_dsn: str) -> None:
     migrations.migrate(empty_dsn, target=3)
     with login_roles(empty_dsn) as make:
