@@ -211,9 +211,11 @@ def _dsn_file(root: Path) -> Path:
     return root / "dsn"
 
 
-def make_root(root: Path, mode: int = 0o700) -> None:
-    """Create the folder of `pgfleet dev`, or accept it if it is ours and not a link (and,
-    under .pgfleet/, say it is not to be committed, as a virtualenv does)."""
+def make_root(root: Path, mode: int | None = None) -> None:
+    """Create the folder of `pgfleet dev` (0700), or accept it if it is ours and not a
+    link, and give it `mode` when one is given: None keeps the mode the server set up
+    (0711 when another account runs the server and must pass through). Under .pgfleet/,
+    say it is not to be committed, as a virtualenv does."""
     fresh = not root.exists()
     root.parent.mkdir(parents=True, exist_ok=True)
     if fresh and root.parent.name == ".pgfleet":
@@ -240,7 +242,8 @@ def _prepare_root(root: Path, user: pwd.struct_passwd | None) -> None:
             f"who cannot reach {root}; set {ENV_DIR} to a folder under /var/tmp")
 
 
-def _private_dir(path: Path, *, owner: tuple[int, int], mode: int, allowed: set[int]) -> None:
+def _private_dir(path: Path, *, owner: tuple[int, int], mode: int | None,
+                 allowed: set[int]) -> None:
     """Create `path` or accept an existing one that is a real directory (not a symbolic
     link) owned by a uid in `allowed`; then give it `owner` and `mode` through a
     descriptor opened without following links, so nothing planted there is touched."""
@@ -259,7 +262,8 @@ def _private_dir(path: Path, *, owner: tuple[int, int], mode: int, allowed: set[
                                 f"this account; remove it or set {ENV_DIR} to another folder")
         if (info.st_uid, info.st_gid) != owner:
             os.fchown(fd, *owner)
-        os.fchmod(fd, mode)
+        if mode is not None:
+            os.fchmod(fd, mode)
     finally:
         os.close(fd)
 
