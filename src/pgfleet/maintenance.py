@@ -1,5 +1,6 @@
 """The maintenance process: gives back jobs of dead workers, prunes finished jobs,
-heartbeats the supervisor's row and measures queues for the metrics."""
+heartbeats the supervisor's row and counts enqueued jobs for the metrics (the queue gauges
+are read by the exporter at scrape time: database_metrics.py)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class Maintenance(ChildProcess):
         self.seen_job_id: int | None = None
 
     def run(self) -> int:
+        metrics.zero_maintenance_counters(list(self.config.queues))
         while not self.stopping and not self.parent_gone():
             self.beat()
             self.read_requests(self.config.maintenance.interval)
@@ -151,12 +153,6 @@ class Maintenance(ChildProcess):
         created, self.seen_job_id = store.jobs_created_since(conn, self.seen_job_id)
         for queue, count in created.items():
             metrics.jobs_enqueued.labels(metrics.queue_label(queue)).inc(count)
-        metrics.set_queue_gauges(
-            counts=store.queue_counts(conn),
-            oldest=store.oldest_waiting(conn),
-            paused=store.paused_queues(conn),
-            known=set(self.config.queues),
-        )
 
     def _unregister(self) -> None:
         try:

@@ -425,6 +425,17 @@ def processes(conn: Conn) -> list[dict[str, Any]]:
     return [_as_dict(row) for row in _many(conn, "processes", None, ProcessRow)]
 
 
+@dataclass(frozen=True)
+class HeartbeatAge:
+    host: str
+    kind: str
+    seconds: float
+
+
+def heartbeat_ages(conn: Conn) -> list[HeartbeatAge]:
+    return _many(conn, "heartbeat_ages", None, HeartbeatAge)
+
+
 def db_now(conn: Conn) -> datetime:
     now: datetime = _scalar(conn, "db_now")
     return now

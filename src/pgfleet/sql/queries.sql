@@ -232,6 +232,11 @@ SELECT id, host, pid, kind, queue, supervisor,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
   FROM pgfleet.processes ORDER BY host, kind, queue NULLS FIRST, pid
 
+-- name: heartbeat_ages :many
+-- The metrics' per-host view: the stalest heartbeat of each host's processes of one kind.
+SELECT host, kind, extract(epoch FROM now() - min(heartbeat_at))::float8 AS seconds
+  FROM pgfleet.processes GROUP BY host, kind
+
 -- name: db_now :scalar
 -- The scheduler's only clock: every host agrees on the server's time.
 SELECT now()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prometheus_client import multiprocess
 
+from pgfleet import metrics
 from pgfleet.child import run_child, set_title
 from pgfleet.config import Config, ConfigError, load_config
 from pgfleet.supervisor.beacon import BeaconBoard
@@ -119,6 +120,7 @@ class Supervisor:
     def run(self) -> int:
         set_title(f"pgfleet supervisor -c {self.config_path}")
         self.install_signal_handlers()
+        metrics.zero_supervisor_counters(list(self.config.queues))
         log.info("supervisor %s starting: %d queue(s), pid %d", self.supervisor_id,
                  len(self.config.queues), os.getpid())
         try:

@@ -103,6 +103,7 @@ class Worker(ChildProcess):
             self.listener = Listener(self.s.dsn, self._on_notify)
             self.listener.start()
         metrics.workers.labels(self.s.queue).inc()
+        metrics.zero_worker_counters(self.s.queue, self.s.registry.names())
         log.info("worker %s started on queue %r (threads=%d, notify=%s)",
                  self.s.worker_id, self.s.queue, self.s.threads, self.s.notify)
         self.events.started.set()
