@@ -78,7 +78,7 @@ UPDATE pgfleet.jobs j
               %(delays)s::float8[], %(finals)s::bool[]) AS d(id, attempt, error, delay, final)
  WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
    AND j.lease_holder = %(worker)s
-RETURNING j.id, j.state::text AS state
+RETURNING j.id, j.state::text AS state, j.run_at
 
 -- name: give_back :many
 -- Shutdown: jobs this worker did not finish go back without using up an attempt. They are
