@@ -24,6 +24,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from pgfleet import __version__, metrics, metrics_files, migrations
 from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.config import Config, parse_listen
+from pgfleet.database_metrics import DatabaseCollector
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.supervisor.beacon import Beacon
@@ -149,6 +150,9 @@ class Exporter(ChildProcess):
         self._ready_at = -READY_CACHE_SECONDS
         self._ready: tuple[bool, str] = (False, "not checked yet")
         self._reported: set[tuple[str, int]] = set()
+        # The database gauges, read at scrape time (database_metrics.py).
+        self.database_registry = CollectorRegistry()
+        self.database_registry.register(DatabaseCollector(dsn, config.queues))
 
     # ---- the process ---------------------------------------------------------------
 
@@ -187,12 +191,13 @@ class Exporter(ChildProcess):
     # ---- endpoints -----------------------------------------------------------------
 
     def scrape(self) -> bytes:
+        from_database = bytes(generate_latest(self.database_registry))
         if self.multiproc_dir is None:
-            return bytes(generate_latest(REGISTRY))
+            return bytes(generate_latest(REGISTRY)) + from_database
         # One scrape at a time: compaction renames files another scrape could be reading,
         # and a merge takes milliseconds, so even a burst of scrapers queues briefly.
         with self.scrape_lock:
-            return self._scrape_files(self.multiproc_dir)
+            return self._scrape_files(self.multiproc_dir) + from_database
 
     def _scrape_files(self, directory: str) -> bytes:
         folded = metrics_files.compact(directory)

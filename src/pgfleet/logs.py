@@ -8,6 +8,10 @@ import os
 import sys
 import time
 
+# What every LogRecord carries; anything else on a record came from `extra=` and is emitted
+# as its own JSON field (job_id, task, queue, attempt, ...).
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -19,9 +23,9 @@ class JsonFormatter(logging.Formatter):
             "pid": record.process,
             "message": record.getMessage(),
         }
-        event = getattr(record, "event", None)
-        if event:
-            entry["event"] = event
+        for key, value in vars(record).items():
+            if key not in _STANDARD and key not in entry:
+                entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -1,5 +1,6 @@
 """The maintenance process: gives back jobs of dead workers, prunes finished jobs,
-heartbeats the supervisor's row and measures queues for the metrics."""
+heartbeats the supervisor's row and counts enqueued jobs for the metrics (the queue gauges
+are read by the exporter at scrape time: database_metrics.py)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class Maintenance(ChildProcess):
         self.seen_job_id: int | None = None
 
     def run(self) -> int:
+        metrics.zero_maintenance_counters(list(self.config.queues))
         while not self.stopping and not self.parent_gone():
             self.beat()
             self.read_requests(self.config.maintenance.interval)
@@ -97,7 +99,7 @@ class Maintenance(ChildProcess):
             self.next_heartbeat = now + self.config.supervisor.heartbeat_interval
         for job_id, queue, state in store.rescue_expired(conn, limit=RESCUE_BATCH):
             metrics.jobs_rescued.labels(metrics.queue_label(queue)).inc()
-            log.warning("job %d rescued after its lease expired (now %s)", job_id, state)
+            _log_rescue(job_id, queue, state, "its lease expired")
         if now >= self.next_prune:
             self._prune(conn)
             self.next_prune = now + PRUNE_EVERY
@@ -116,8 +118,7 @@ class Maintenance(ChildProcess):
                 metrics.jobs_finished.labels(label, metrics.task_label(task), "crashed").inc()
                 if state == "dead":
                     metrics.jobs_finished.labels(label, metrics.task_label(task), "dead").inc()
-                log.warning("job %d given back from %s (%s): now %s", job_id, worker, reason,
-                            state)
+                _log_rescue(job_id, queue, state, f"worker {worker} exited ({reason})")
             store.unregister_process(conn, worker)
             self.to_rescue.pop(0)
 
@@ -151,12 +152,6 @@ class Maintenance(ChildProcess):
         created, self.seen_job_id = store.jobs_created_since(conn, self.seen_job_id)
         for queue, count in created.items():
             metrics.jobs_enqueued.labels(metrics.queue_label(queue)).inc(count)
-        metrics.set_queue_gauges(
-            counts=store.queue_counts(conn),
-            oldest=store.oldest_waiting(conn),
-            paused=store.paused_queues(conn),
-            known=set(self.config.queues),
-        )
 
     def _unregister(self) -> None:
         try:
@@ -168,3 +163,12 @@ class Maintenance(ChildProcess):
         finally:
             if self.conn is not None:
                 self.conn.close()
+
+
+def _log_rescue(job_id: int, queue: str, state: str, why: str) -> None:
+    """A rescued job: WARNING when it will run again, ERROR when that was its last attempt."""
+    level = logging.ERROR if state == "dead" else logging.WARNING
+    after = "the job is dead" if state == "dead" else f"now {state}"
+    log.log(level, "job %d (queue %r) rescued: %s; %s", job_id, queue, why, after,
+            extra={"event": "job_rescued", "job_id": job_id, "queue": queue, "state": state,
+                   "reason": why})

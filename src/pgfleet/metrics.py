@@ -9,6 +9,8 @@ pid, args or error text.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client import Counter, Gauge, Histogram
 
 # 10 ms to 1 h, roughly 2.5 times per step.
@@ -65,41 +67,48 @@ supervisor_up = Gauge(
     "pgfleet_supervisor_up", "1 while this host's supervisor runs.",
     multiprocess_mode="livemax",
 )
-# Whether this host reaches the database (1) or not (0). livemostrecent: the series is
-# absent until a process has measured it and again once that process is gone, so a host
-# that never checked shows nothing rather than a false 0; if more than one process measures
-# it, the latest measurement wins.
-database_up = Gauge(
-    "pgfleet_database_up", "1 when this host's last database check answered, 0 when it failed.",
-    multiprocess_mode="livemostrecent",
-)
 build_info = Gauge(
     "pgfleet_build_info", "The running pgfleet version.", ["version"],
     multiprocess_mode="livemax",
 )
+
+
+@dataclass(frozen=True)
+class DatabaseGauge:
+    """A gauge read from the database at scrape time by the exporter (database_metrics.py),
+    never written by a process: multiprocess files cannot drop a label set, and these must
+    vanish when the database cannot be read or a queue no longer exists."""
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...] = ()
+
+
+# 1 when this host's exporter reached the database on its last check, 0 when it failed.
+database_up = DatabaseGauge(
+    "pgfleet_database_up", "1 when this host's last database check answered, 0 when it failed."
+)
 # The gauges below come from the database and are the same on every host: dashboards take
-# max() over instances, never sum().
-queue_jobs = Gauge(
+# max() over instances, never sum(). They are absent while the database cannot be read.
+queue_jobs = DatabaseGauge(
     "pgfleet_queue_jobs", "Jobs per queue and state (queued = due now, scheduled = later).",
-    ["queue", "state"], multiprocess_mode="livemostrecent",
+    ("queue", "state"),
 )
-queue_oldest_age = Gauge(
-    "pgfleet_queue_oldest_job_age_seconds", "Age of the oldest due job waiting.", ["queue"],
-    multiprocess_mode="livemostrecent",
+queue_oldest_age = DatabaseGauge(
+    "pgfleet_queue_oldest_job_age_seconds", "Age of the oldest due job waiting.", ("queue",)
 )
-queue_paused = Gauge(
-    "pgfleet_queue_paused", "1 when the queue is paused.", ["queue"],
-    multiprocess_mode="livemostrecent",
-)
+queue_paused = DatabaseGauge("pgfleet_queue_paused", "1 when the queue is paused.", ("queue",))
 # From the processes table, so every host exports every host's row: max() over instances.
 # `host` is the name the processes register with (socket.gethostname()), not Prometheus's
 # `instance`; a host that stops beating shows a growing age until its rows are pruned.
-process_heartbeat_age = Gauge(
+process_heartbeat_age = DatabaseGauge(
     "pgfleet_process_heartbeat_age_seconds",
     "Seconds since the stalest heartbeat of a host's processes of one kind (supervisor, "
     "maintenance, worker), from the database.",
-    ["host", "kind"], multiprocess_mode="livemostrecent",
+    ("host", "kind"),
 )
+DATABASE_GAUGES = (database_up, queue_jobs, queue_oldest_age, queue_paused,
+                   process_heartbeat_age)
 
 QUEUE_STATES = ("queued", "scheduled", "running", "dead")
 # Queue names read from the database are data anyone with INSERT can choose: past this many
@@ -116,6 +125,8 @@ def queue_label(name: str) -> str:
         return OTHER_QUEUES_LABEL
     _queue_labels.add(name)
     return name
+
+
 _TASK_LABEL_LIMIT = 120
 
 
@@ -124,29 +135,6 @@ def task_label(name: str) -> str:
     return name if 0 < len(name) <= _TASK_LABEL_LIMIT else UNKNOWN_TASK_LABEL
 
 
-def set_queue_gauges(
-    *,
-    counts: list[tuple[str, str, int]],
-    oldest: dict[str, float],
-    paused: set[str],
-    known: set[str],
-) -> None:
-    """Publish one maintenance pass; queues seen before but now empty read 0, not stale."""
-    for name in sorted(known):
-        queue_label(name)  # configured queues always get their own label
-    jobs: dict[tuple[str, str], int] = {}
-    for queue, state, n in counts:
-        key = (queue_label(queue), state)
-        jobs[key] = jobs.get(key, 0) + n
-    ages: dict[str, float] = {}
-    for queue, age in oldest.items():
-        ages[queue_label(queue)] = max(age, ages.get(queue_label(queue), 0.0))
-    flags = {queue_label(q) for q in paused}
-    for queue in {*map(queue_label, known), *(k[0] for k in jobs), *ages, *flags}:
-        for state in QUEUE_STATES:
-            queue_jobs.labels(queue, state).set(jobs.get((queue, state), 0))
-        queue_oldest_age.labels(queue).set(ages.get(queue, 0.0))
-        queue_paused.labels(queue).set(1 if queue in flags else 0)
 schedule_runs = Counter(
     "pgfleet_schedule_runs", "Jobs enqueued by a schedule (by this host's scheduler).",
     ["schedule"],
@@ -160,3 +148,35 @@ schedule_next_run = Gauge(
     "pgfleet_schedule_next_run_timestamp_seconds",
     "Unix time of the schedule's next fire.", ["schedule"], multiprocess_mode="livemostrecent",
 )
+
+
+# Every label value a counter of a configured queue can take, so each series exists at 0 from
+# the start: increase() cannot see the first event of a series born at 1.
+WORKER_OUTCOMES = ("succeeded", "failed", "timed_out", "crashed", "dead")
+RESTART_REASONS = ("crashed", "killed", "timeout", "recycled", "stale", "start_failed",
+                   "lease_lost", "exited")
+
+
+def zero_worker_counters(queue: str, tasks: list[str]) -> None:
+    """A worker's counters of its queue, per registered task and the unknown-task label.
+    In multiprocess mode `.labels()` alone writes the 0 sample."""
+    lease_lost.labels(queue)
+    for task in [*tasks, UNKNOWN_TASK_LABEL]:
+        label = task_label(task)
+        jobs_started.labels(queue, label)
+        job_retries.labels(queue, label)
+        for outcome in WORKER_OUTCOMES:
+            jobs_finished.labels(queue, label, outcome)
+
+
+def zero_supervisor_counters(queues: list[str]) -> None:
+    for queue in queues:
+        for reason in RESTART_REASONS:
+            worker_restarts.labels(queue, reason)
+
+
+def zero_maintenance_counters(queues: list[str]) -> None:
+    for queue in queues:
+        label = queue_label(queue)
+        jobs_enqueued.labels(label)
+        jobs_rescued.labels(label)

@@ -86,6 +86,8 @@ class Scheduler(ChildProcess):
     def run(self) -> int:
         """Fire schedules until SIGTERM/SIGINT or the parent dies; returns the exit code."""
         log.info("scheduler started with %d enabled schedule(s)", len(self.schedules))
+        for name in self.schedules:
+            metrics.schedule_runs.labels(name)  # at 0 from the start, for increase()
         anchor: tuple[datetime, float] | None = None  # (database now, monotonic) of a pass
         last_pass = float("-inf")
         while not self.stopping and not self.parent_gone():

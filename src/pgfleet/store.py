@@ -203,10 +203,13 @@ class Failure:
 class JobState:
     id: int
     state: str
+    run_at: datetime  # when a retried job runs next
 
 
-def complete_failed(conn: Conn, *, worker: str, failures: Sequence[Failure]) -> dict[int, str]:
-    """Record failures; returns {id: new state} for rows this worker still held."""
+def complete_failed(
+    conn: Conn, *, worker: str, failures: Sequence[Failure]
+) -> dict[int, JobState]:
+    """Record failures; returns {id: new state and run_at} for rows this worker still held."""
     if not failures:
         return {}
     rows = _many(
@@ -220,7 +223,7 @@ def complete_failed(conn: Conn, *, worker: str, failures: Sequence[Failure]) -> 
             "finals": [f.final for f in failures],
         },
         JobState)
-    return {row.id: row.state for row in rows}
+    return {row.id: row for row in rows}
 
 
 def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> list[int]:
@@ -423,6 +426,17 @@ class ProcessRow:
 
 def processes(conn: Conn) -> list[dict[str, Any]]:
     return [_as_dict(row) for row in _many(conn, "processes", None, ProcessRow)]
+
+
+@dataclass(frozen=True)
+class HeartbeatAge:
+    host: str
+    kind: str
+    seconds: float
+
+
+def heartbeat_ages(conn: Conn) -> list[HeartbeatAge]:
+    return _many(conn, "heartbeat_ages", None, HeartbeatAge)
 
 
 def db_now(conn: Conn) -> datetime:

@@ -82,3 +82,25 @@ def test_config_schema_is_json_schema() -> None:
                          capture_output=True, text=True, check=True)
     schema = json.loads(out.stdout)
     assert "queues" in schema["properties"] and "queues" in schema["required"]
+
+
+@pytest.mark.parametrize(("source", "error"), [
+    ("import pgfleet_dependency_that_is_not_installed\n",
+     "ModuleNotFoundError: No module named 'pgfleet_dependency_that_is_not_installed'"),
+    ("def broken(:\n", "SyntaxError: "),
+])
+def test_check_refuses_a_task_module_that_fails_to_import(
+    tmp_path: Path, source: str, error: str
+) -> None:
+    (tmp_path / "badtasks.py").write_text(source)
+    path = tmp_path / "tasks.yaml"
+    path.write_text("queues:\n  default:\n    tasks: [badtasks]\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    out = subprocess.run([sys.executable, "-m", "pgfleet", "check", "-c", str(path)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{path}:3: queues.default.tasks[0]: task module 'badtasks' "
+                               f"fails to import: {error}"), lines[0]
+    assert "ok" not in out.stdout

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import pgfleet
-from tests.support.fleet import Fleet, settle
+from pgfleet import metrics
+from tests.support.cluster import started_cluster
+from tests.support.fleet import Fleet, config_text, settle
 from tests.support.prometheus import (
     PrometheusServer,
     check_metrics,
@@ -241,3 +244,109 @@ def test_every_dashboard_panel_has_data_in_a_real_prometheus(
         lint = check_metrics(body)
         assert lint.returncode == 0, lint.stdout + lint.stderr
     assert not traffic.errors, traffic.errors
+
+
+# ---- issue 14, "Must show": the first event fires its alert; an outage is visible -------
+
+COUNTED_QUEUES: dict[str, Any] = {"default": {"processes": 1}, "crashy": {"processes": 1}}
+
+
+def scrape_samples(target: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    status, body = http_get(f"http://{target}/metrics")
+    assert status == 200, body
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body.decode())
+            for s in family.samples}
+
+
+def expected_zeros(queues: list[str], tasks: list[str]) -> set[tuple[str, tuple[Any, ...]]]:
+    """Every counter series of the configured queues, each of which must exist at 0."""
+    def key(name: str, **labels: str) -> tuple[str, tuple[Any, ...]]:
+        return name, tuple(sorted(labels.items()))
+
+    found = set()
+    for queue in queues:
+        found |= {key("pgfleet_jobs_enqueued_total", queue=queue),
+                  key("pgfleet_jobs_rescued_total", queue=queue),
+                  key("pgfleet_jobs_lease_lost_total", queue=queue)}
+        found |= {key("pgfleet_worker_restarts_total", queue=queue, reason=reason)
+                  for reason in metrics.RESTART_REASONS}
+        for task in [*tasks, metrics.UNKNOWN_TASK_LABEL]:
+            found |= {key("pgfleet_jobs_started_total", queue=queue, task=task),
+                      key("pgfleet_job_retries_total", queue=queue, task=task)}
+            found |= {key("pgfleet_jobs_finished_total", queue=queue, task=task, outcome=o)
+                      for o in metrics.WORKER_OUTCOMES}
+    return found
+
+
+def firing(prometheus: PrometheusServer, alert: str) -> list[dict[str, str]]:
+    return [a["labels"] for a in prometheus.api("alerts")["alerts"]
+            if a["labels"]["alertname"] == alert and a["state"] == "firing"]
+
+
+def test_counters_start_at_zero_and_the_first_dead_job_and_crash_fire_their_alerts(
+    dsn: str, fleet: Callable[..., Fleet], tmp_path: Path
+) -> None:
+    target = f"127.0.0.1:{free_port()}"
+    with PrometheusServer(tmp_path, [target], [ALERTS]) as prometheus:
+        f = fleet(COUNTED_QUEUES, metrics={"enabled": True, "listen": target})
+        for queue in COUNTED_QUEUES:
+            f.wait_workers(1, queue, timeout=60)
+        wait_for(lambda: reachable(f"http://{target}/metrics"), timeout=30)
+        # Before any job: every counter of every configured queue, at 0.
+        wanted = expected_zeros(list(COUNTED_QUEUES), ["noop", "fail", "crash"])
+
+        def missing() -> list[Any]:
+            samples = scrape_samples(target)
+            return sorted(k for k in wanted if samples.get(k) != 0.0)
+
+        try:
+            wait_for(lambda: not missing(), timeout=30, interval=0.5)
+        except AssertionError:
+            raise AssertionError(f"counters not at 0 before any job: {missing()}") from None
+        # Prometheus holds the zeros before the first event, as it would in production.
+        for expr in ('pgfleet_jobs_finished_total{queue="default",outcome="dead",task="fail"}',
+                     'pgfleet_worker_restarts_total{queue="crashy",reason="crashed"}'):
+            wait_for(lambda expr=expr: prometheus.query(f"count_over_time({expr}[1m]) > 2"),
+                     timeout=30, interval=0.5)
+        assert not firing(prometheus, "PgfleetDeadJobsIncreasing")
+        assert not firing(prometheus, "PgfleetWorkerCrashed")
+        pgfleet.enqueue(f.dsn, "fail", queue="default", max_attempts=1)
+        pgfleet.enqueue(f.dsn, "crash", queue="crashy", max_attempts=1)
+        try:
+            wait_for(lambda: firing(prometheus, "PgfleetDeadJobsIncreasing")
+                     and firing(prometheus, "PgfleetWorkerCrashed"), timeout=60, interval=0.5)
+        except AssertionError:
+            raise AssertionError(
+                f"alerts: {prometheus.api('alerts')}\nlog:\n{tail(f.log())}") from None
+        assert {a["queue"] for a in firing(prometheus, "PgfleetDeadJobsIncreasing")} >= {
+            "default"}
+        assert {a["queue"] for a in firing(prometheus, "PgfleetWorkerCrashed")} == {"crashy"}
+
+
+def test_an_unreachable_database_reads_0_and_fires_its_alert(tmp_path: Path) -> None:
+    cluster = started_cluster()
+    f: Fleet | None = None
+    try:
+        name = cluster.create_database(cluster.make_template())
+        target = f"127.0.0.1:{free_port()}"
+        with PrometheusServer(tmp_path, [target], [ALERTS]) as prometheus:
+            f = Fleet(cluster.url(name), tmp_path, config_text(
+                {"default": {"processes": 1}}, metrics={"enabled": True, "listen": target}))
+            f.start()
+            f.wait_workers(1, "default", timeout=60)
+            wait_for(lambda: prometheus.query("pgfleet_database_up == 1"), timeout=30)
+            assert prometheus.query('pgfleet_queue_jobs{queue="default",state="queued"}')
+            cluster.stop("fast")
+            wait_for(lambda: prometheus.query("pgfleet_database_up == 0"), timeout=30)
+            # Absent, not frozen: the database gauges left the scrape.
+            wait_for(lambda: not prometheus.query("pgfleet_queue_jobs"), timeout=30)
+            assert not prometheus.query("pgfleet_process_heartbeat_age_seconds")
+            # `for: 1m` in the shipped rules: pending first, firing a minute later.
+            wait_for(lambda: firing(prometheus, "PgfleetDatabaseDown"), timeout=120,
+                     interval=1.0)
+            assert prometheus.query("pgfleet_database_up == 0")
+    finally:
+        if f is not None:
+            f.stop()
+        cluster.destroy()

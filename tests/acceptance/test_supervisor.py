@@ -191,20 +191,35 @@ def test_hup_applies_a_new_process_count_and_survives_a_broken_file(
     wait_for(lambda: job(dsn, job_id)["state"] == "succeeded")
 
 
+def titles(f: Fleet, queue: str) -> list[str]:
+    """The `pgfleet worker QUEUE i/n` part of each worker's /proc/PID/cmdline."""
+    return sorted(title.split(":")[0] for title in f.workers(queue).values())
+
+
+def expect_titles(f: Fleet, queue: str, count: int) -> None:
+    want = [f"pgfleet worker {queue} {i}/{count}" for i in range(1, count + 1)]
+    f.wait_workers(count, queue)
+    try:
+        wait_for(lambda: titles(f, queue) == want, timeout=30)
+    except AssertionError:
+        raise AssertionError(f"titles {titles(f, queue)}, expected {want}") from None
+
+
 def test_ttin_and_ttou_change_the_worker_count(dsn: str, fleet: Callable[..., Fleet]) -> None:
     f = fleet({"default": {"processes": 1}, "other": {"processes": 2}})
     f.wait_workers(3)
+    expect_titles(f, "other", 2)
     f.signal(signal.SIGTTIN)
-    f.wait_workers(2, "default")
-    f.wait_workers(3, "other")
+    expect_titles(f, "default", 2)
+    expect_titles(f, "other", 3)
     # One at a time: Linux folds a second identical signal that arrives before the first
     # is handled into one.
     f.signal(signal.SIGTTOU)
-    f.wait_workers(1, "default")
-    f.wait_workers(2, "other")
+    expect_titles(f, "default", 1)
+    expect_titles(f, "other", 2)
     f.signal(signal.SIGTTOU)
-    f.wait_workers(1, "other")
-    f.wait_workers(1, "default")
+    expect_titles(f, "other", 1)
+    expect_titles(f, "default", 1)
 
 
 def test_a_worker_over_max_memory_is_recycled(dsn: str, fleet: Callable[..., Fleet]) -> None:

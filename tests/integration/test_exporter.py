@@ -38,8 +38,6 @@ m.worker_restarts.labels("default", "crashed").inc()
 m.jobs_rescued.labels("default").inc()
 m.workers.labels("default").set(2)
 m.workers_busy.labels("default").set(1)
-m.set_queue_gauges(counts=[("default", "queued", 4)], oldest={"default": 3.5}, paused=set(),
-                   known={"default"})
 """
 
 RUN_EXPORTER = """
@@ -145,8 +143,9 @@ def test_metrics_merge_every_process_and_pass_promtool(
         'pgfleet_job_wait_seconds_bucket{le="0.01",queue="default"} 0.0',
         'pgfleet_worker_restarts_total{queue="default",reason="crashed"} 1.0',
         'pgfleet_workers_busy{queue="default"} 1.0',
-        'pgfleet_queue_jobs{queue="default",state="queued"} 4.0',
-        'pgfleet_queue_oldest_job_age_seconds{queue="default"} 3.5',
+        'pgfleet_queue_jobs{queue="default",state="queued"} 0.0',
+        'pgfleet_queue_oldest_job_age_seconds{queue="default"} 0.0',
+        "pgfleet_database_up 1.0",
         "pgfleet_supervisor_up 1.0",
         'pgfleet_build_info{version="',
     ):
@@ -205,12 +204,17 @@ def test_readyz_with_the_database_down_names_no_password(tmp_path: Path) -> None
     down = f"postgresql://pgfleet:hunter2secret@127.0.0.1:{free_port()}/nothing"
     with exporter(down, None, tmp_path) as ex:
         status, body, _ = ex.get("/readyz")
+        scraped = ex.get("/metrics")[1].decode()
         log = ex.log.read_text()
     assert status == 503
     assert body.startswith(b"database unavailable")
+    # The database gauges are absent, not frozen: only the check's own 0.
+    assert "pgfleet_database_up 0.0" in scraped.splitlines()
+    assert "pgfleet_queue_jobs" not in scraped
+    assert "pgfleet_queue_oldest" not in scraped
     assert body.count(b"\n") == 1
     assert b"hunter2secret" not in body
-    assert "hunter2secret" not in log
+    assert "hunter2secret" not in log + scraped
 
 
 def test_a_corrupt_metrics_file_gives_500_and_the_exporter_keeps_running(

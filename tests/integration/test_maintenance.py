@@ -7,7 +7,6 @@ import psycopg
 from prometheus_client import REGISTRY
 
 import pgfleet
-from pgfleet import metrics
 from pgfleet.config import parse_config_text
 from pgfleet.maintenance import Maintenance
 from tests.support.workers import scalar, states
@@ -61,7 +60,7 @@ def test_a_reaped_worker_is_rescued_through_the_pipe(dsn: str) -> None:
                   (job_id,)) == "worker died: SIGKILL"
 
 
-def test_gauges_and_the_enqueue_counter_come_from_the_database(dsn: str) -> None:
+def test_the_enqueue_counter_comes_from_the_database(dsn: str) -> None:
     m = maintenance(dsn)
     m.pass_once()  # the counter starts here
     before = sample("pgfleet_jobs_enqueued_total", {"queue": "gauges-q"}) or 0.0
@@ -71,23 +70,6 @@ def test_gauges_and_the_enqueue_counter_come_from_the_database(dsn: str) -> None
         conn.execute("SELECT pgfleet.enqueue('noop', '{}', queue => 'gauges-q')")
     m.pass_once()
     assert sample("pgfleet_jobs_enqueued_total", {"queue": "gauges-q"}) == before + 7
-    assert sample("pgfleet_queue_jobs", {"queue": "gauges-q", "state": "queued"}) == 6
-    assert sample("pgfleet_queue_jobs", {"queue": "gauges-q", "state": "scheduled"}) == 1
-    assert sample("pgfleet_queue_jobs", {"queue": "default", "state": "queued"}) == 0
-
-
-def test_hostile_queue_names_fold_into_one_label(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO pgfleet.jobs (queue, task) SELECT 'hostile-' || g, 'x'"
-                     " FROM generate_series(1, %s) g", (metrics.QUEUE_LABEL_LIMIT + 50,))
-    try:
-        maintenance(dsn).pass_once()
-        labels = {s.labels["queue"] for s in REGISTRY.collect()
-                  for s in s.samples if s.name == "pgfleet_queue_jobs"}
-    finally:
-        metrics._queue_labels.clear()  # this process's other tests start afresh
-    assert len(labels) <= metrics.QUEUE_LABEL_LIMIT + 1
-    assert metrics.OTHER_QUEUES_LABEL in labels
 
 
 def test_prune_removes_finished_jobs_past_retention(dsn: str) -> None:

@@ -275,7 +275,7 @@ def test_a_job_whose_row_is_taken_away_is_stopped(
         wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE event = 'started'"))
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(change, (job_id,))
-        wait_for(lambda: "is no longer ours" in caplog.text, timeout=10)
+        wait_for(lambda: "is no longer held by this worker" in caplog.text, timeout=10)
         wait_for(lambda: not worker.running, timeout=10)  # the spin ended long before 60 s
         assert "lease lost" in caplog.text
     assert scalar(dsn, "SELECT count(*) FROM audit WHERE event = 'finished'") == 0

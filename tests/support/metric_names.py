@@ -14,6 +14,8 @@ def exported() -> set[str]:
         if isinstance(value, MetricWrapperBase):
             name = value._name
             names.add(f"{name}_total" if isinstance(value, Counter) else name)
+        elif isinstance(value, metrics.DatabaseGauge):
+            names.add(value.name)
     return names
 
 

@@ -16,7 +16,7 @@ from pgfleet.cli.common import (
     required_config_path,
     warn,
 )
-from pgfleet.cli.preflight import unregistered_schedule_tasks
+from pgfleet.cli.preflight import import_problems, unregistered_schedule_tasks
 from pgfleet.config import Config, config_json_schema
 
 
@@ -27,6 +27,8 @@ def check() -> None:
     """Validate a config file as `run` would, and check the connection budget."""
     path = required_config_path()
     config = load_or_exit(path)
+    # `run` would give up on the queues of a module that cannot be imported.
+    report(import_problems(config), [])
     report(*unregistered_schedule_tasks(config))
     needed = connection_budget(config)
     dsn = config_dsn(config)

@@ -33,16 +33,34 @@ def locate_module(name: str) -> bool:
     return spec is not None
 
 
-def missing_modules(config: Config) -> list[str]:
-    problems = []
-    for index, module in enumerate(config.tasks):
-        if not locate_module(module):
-            problems.append(f"{config.where('tasks', index)}: no module named {module!r}")
+def task_modules(config: Config) -> list[tuple[str, str]]:
+    """(where in the file, module name) of every task module the file names."""
+    found = [(config.where("tasks", index), module) for index, module in enumerate(config.tasks)]
     for queue_name, queue in config.queues.items():
-        for index, module in enumerate(queue.tasks):
-            if not locate_module(module):
-                problems.append(f"{config.where('queues', queue_name, 'tasks', index)}: "
-                                f"no module named {module!r}")
+        found.extend((config.where("queues", queue_name, "tasks", index), module)
+                     for index, module in enumerate(queue.tasks))
+    return found
+
+
+def missing_modules(config: Config) -> list[str]:
+    return [f"{where}: no module named {module!r}"
+            for where, module in task_modules(config) if not locate_module(module)]
+
+
+def import_problems(config: Config) -> list[str]:
+    """Import every task module into the calling process (`pgfleet check`, never the
+    arbiter); one line per module that fails, naming it and its exception."""
+    import importlib
+
+    problems = []
+    for where, module in task_modules(config):
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            text = str(exc).strip()
+            first = text.splitlines()[0] if text else ""
+            problems.append(f"{where}: task module {module!r} fails to import: "
+                            f"{type(exc).__name__}: {first}".rstrip(": "))
     return problems
 
 

@@ -78,7 +78,7 @@ UPDATE pgfleet.jobs j
               %(delays)s::float8[], %(finals)s::bool[]) AS d(id, attempt, error, delay, final)
  WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
    AND j.lease_holder = %(worker)s
-RETURNING j.id, j.state::text AS state
+RETURNING j.id, j.state::text AS state, j.run_at
 
 -- name: give_back :many
 -- Shutdown: jobs this worker did not finish go back without using up an attempt. They are
@@ -231,6 +231,11 @@ SELECT queue, count(*) AS count FROM pgfleet.jobs
 SELECT id, host, pid, kind, queue, supervisor,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
   FROM pgfleet.processes ORDER BY host, kind, queue NULLS FIRST, pid
+
+-- name: heartbeat_ages :many
+-- The metrics' per-host view: the stalest heartbeat of each host's processes of one kind.
+SELECT host, kind, extract(epoch FROM now() - min(heartbeat_at))::float8 AS seconds
+  FROM pgfleet.processes GROUP BY host, kind
 
 -- name: db_now :scalar
 -- The scheduler's only clock: every host agrees on the server's time.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prometheus_client import multiprocess
 
+from pgfleet import metrics
 from pgfleet.child import run_child, set_title
 from pgfleet.config import Config, ConfigError, load_config
 from pgfleet.supervisor.beacon import BeaconBoard
@@ -119,6 +120,7 @@ class Supervisor:
     def run(self) -> int:
         set_title(f"pgfleet supervisor -c {self.config_path}")
         self.install_signal_handlers()
+        metrics.zero_supervisor_counters(list(self.config.queues))
         log.info("supervisor %s starting: %d queue(s), pid %d", self.supervisor_id,
                  len(self.config.queues), os.getpid())
         try:
@@ -196,16 +198,23 @@ class Supervisor:
         for child in self.children.values():
             if not child.retiring and child.slot not in wanted_set:
                 self._retire(child, "no longer configured")
+            elif child.slot.kind == "worker":
+                # The `2/4` of its process title follows TTIN, TTOU and reloads.
+                self.board.set_peers(child.board_index, self._worker_count(child.slot))
 
     def _spawn(self, slot: Slot) -> None:
         board_index = self.free_slots.pop()
         self.board.reset_unready(board_index)
+        self.board.set_peers(board_index, self._worker_count(slot))
         pid = os.fork()
         if pid == 0:
             self._become_child(slot, board_index)
         worker_id = f"{self.host}:{pid}:{self.token}"
         self.children[pid] = Child(pid, slot, board_index, time.monotonic(), worker_id)
         log.info("spawned %s pid %d", label(slot), pid)
+
+    def _worker_count(self, slot: Slot) -> int:
+        return worker_count(self.config, slot.queue, self.extra_processes)
 
     def _become_child(self, slot: Slot, board_index: int) -> None:
         os.close(self.wake_read)
@@ -214,7 +223,7 @@ class Supervisor:
         identity = Identity(
             worker_id=f"{self.host}:{os.getpid()}:{self.token}",
             supervisor_id=self.supervisor_id, supervisor_pid=os.getppid(),
-            title=describe(slot, worker_count(self.config, slot.queue, self.extra_processes)),
+            title=describe(slot, self._worker_count(slot)),
             beacon=self.board.beacon(board_index), rescue_fd=self.rescue.read_fd,
         )
         config, dsn = self.config, self.dsn

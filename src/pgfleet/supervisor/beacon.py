@@ -2,7 +2,9 @@
 
 The master holds no database connection, so it cannot read the processes table. Before
 forking it maps one anonymous shared page; each child writes its slot (monotonic time of
-its last loop, jobs running) and the master reads every slot without a system call.
+its last loop, jobs running) and the master reads every slot without a system call. The
+master writes one field back: how many workers its queue now has (TTIN/TTOU), for the
+child's process title.
 CLOCK_MONOTONIC is one clock for every process on the host, so the times compare.
 """
 
@@ -12,7 +14,9 @@ import mmap
 import struct
 import time
 
-_SLOT = struct.Struct("dd")  # last beat (monotonic seconds), jobs running
+_BEAT = struct.Struct("dd")  # last beat (monotonic seconds), jobs running: the child's
+_PEERS = struct.Struct("d")  # workers of the child's queue: the master's
+_SLOT_SIZE = _BEAT.size + _PEERS.size
 
 
 class BeaconBoard:
@@ -20,14 +24,18 @@ class BeaconBoard:
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
-        self.memory = mmap.mmap(-1, max(mmap.PAGESIZE, slots * _SLOT.size))
+        self.memory = mmap.mmap(-1, max(mmap.PAGESIZE, slots * _SLOT_SIZE))
 
     def beacon(self, index: int) -> Beacon:
         return Beacon(self, index)
 
     def reset_unready(self, index: int) -> None:
         """Before a fork: the start counts as the first beat; -1 jobs means 'not ready'."""
-        _SLOT.pack_into(self.memory, index * _SLOT.size, time.monotonic(), -1.0)
+        _BEAT.pack_into(self.memory, index * _SLOT_SIZE, time.monotonic(), -1.0)
+
+    def set_peers(self, index: int, count: int) -> None:
+        """The master: the child's queue now runs `count` workers."""
+        _PEERS.pack_into(self.memory, index * _SLOT_SIZE + _BEAT.size, float(count))
 
     def was_ready(self, index: int) -> bool:
         """Did the child in this slot ever beat? A child that died before that failed
@@ -35,7 +43,7 @@ class BeaconBoard:
         return self.read(index)[1] >= 0
 
     def read(self, index: int) -> tuple[float, int]:
-        beat, busy = _SLOT.unpack_from(self.memory, index * _SLOT.size)
+        beat, busy = _BEAT.unpack_from(self.memory, index * _SLOT_SIZE)
         return beat, int(busy)
 
 
@@ -47,4 +55,9 @@ class Beacon:
         self.index = index
 
     def beat(self, busy: int) -> None:
-        _SLOT.pack_into(self.board.memory, self.index * _SLOT.size, time.monotonic(), float(busy))
+        _BEAT.pack_into(self.board.memory, self.index * _SLOT_SIZE, time.monotonic(), float(busy))
+
+    def peers(self) -> int:
+        """Workers of this child's queue, as the master last wrote it."""
+        (count,) = _PEERS.unpack_from(self.board.memory, self.index * _SLOT_SIZE + _BEAT.size)
+        return int(count)

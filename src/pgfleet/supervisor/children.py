@@ -121,5 +121,6 @@ def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable
     return Worker(build_settings(
         config, slot.queue, dsn=dsn, registry=registry, worker_id=me.worker_id,
         supervisor_id=me.supervisor_id,
-        title=lambda status: set_title(f"{me.title}: {status}"), beacon=me.beacon,
+        title=lambda status: set_title(f"{describe(slot, me.beacon.peers())}: {status}"),
+        beacon=me.beacon,
     ))

@@ -4,7 +4,6 @@ commit. A job's slot is freed only once its outcome is committed."""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -14,8 +13,7 @@ import psycopg
 from pgfleet import metrics, store
 from pgfleet.backoff import Backoff
 from pgfleet.worker.executor import Executor, Outcome
-
-log = logging.getLogger("pgfleet.worker")
+from pgfleet.worker.job_log import attempt_failed, lease_lost
 
 
 class MetricCache:
@@ -103,7 +101,7 @@ class Completer:
             delay=backoff.delay(job.attempt), final=outcome.final,
         )
 
-    def _account(self, outcome: Outcome, held: set[int], states: dict[int, str]
+    def _account(self, outcome: Outcome, held: set[int], states: dict[int, store.JobState]
                  ) -> list[tuple[Any, tuple[str, ...]]]:
         """Free the job's slot; returns the counters (metric, labels) to move by one."""
         running = outcome.running
@@ -115,10 +113,11 @@ class Completer:
         if outcome.error is None and job.id in held:
             return [(metrics.jobs_finished, (queue, label, "succeeded"))]
         if outcome.error is not None and job.id in states:
+            after = states[job.id]
+            attempt_failed(job, queue, outcome.error, timed_out=outcome.timed_out, after=after)
             kind = "timed_out" if outcome.timed_out else "failed"
-            follow = ((metrics.jobs_finished, (queue, label, "dead")) if states[job.id] == "dead"
+            follow = ((metrics.jobs_finished, (queue, label, "dead")) if after.state == "dead"
                       else (metrics.job_retries, (queue, label)))
             return [(metrics.jobs_finished, (queue, label, kind)), follow]
-        log.warning("job %d attempt %d: lease lost (taken over or cancelled); "
-                    "its outcome was discarded", job.id, job.attempt)
+        lease_lost(job, queue)
         return [(metrics.lease_lost, (queue,))]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import logging
 import queue as queue_module
 import threading
 import time
@@ -19,8 +18,7 @@ from typing import Any
 
 from pgfleet import context, metrics, store
 from pgfleet.tasks import PermanentError, Registry, Task
-
-log = logging.getLogger("pgfleet.worker")
+from pgfleet.worker.job_log import UnknownTasks, interrupted
 
 MAX_ERROR_CHARS = 4000
 
@@ -92,6 +90,7 @@ class Executor:
         self.todo: queue_module.SimpleQueue[Running | None] = queue_module.SimpleQueue()
         self.outcomes: queue_module.SimpleQueue[Outcome] = queue_module.SimpleQueue()
         self.running: dict[int, Running] = {}
+        self.unknown_tasks = UnknownTasks()
         self.guard = threading.Lock()  # orders thread ids against interrupts
         self.threads: list[threading.Thread] = []
 
@@ -105,6 +104,8 @@ class Executor:
     def submit(self, job: store.ClaimedJob, registry: Registry, default_timeout: float) -> str:
         """Queue a claimed job for the threads; returns its task label for the metrics."""
         task = registry.get(job.task)
+        if task is None:
+            self.unknown_tasks.report(job, self.queue, registry.names())
         label = job.task if task is not None else metrics.UNKNOWN_TASK_LABEL
         timeout = (task.timeout if task and task.timeout else None) or default_timeout
         running = Running(job=job, task=task, label=label, timeout=timeout)
@@ -220,8 +221,8 @@ class Executor:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(running.thread_id), ctypes.py_object(reason)
             )
-        log.warning("job %d %s; interrupting it", running.job.id,
-                    "passed its timeout" if reason is JobTimeout else "is no longer ours")
+        interrupted(running.job, self.queue, timed_out=reason is JobTimeout,
+                    timeout=running.timeout)
 
 
 async def _with_timeout(coro: Any, seconds: float) -> Any:

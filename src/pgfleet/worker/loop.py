@@ -85,6 +85,7 @@ class Worker(ChildProcess):
         self.exit_code = EXIT_OK
         self.job_limit = jittered_limit(settings.max_jobs)
         self.shown_busy = -1
+        self.shown_peers = 0
         self.abandoned = False  # set when the process must exit without the database
 
     @property
@@ -103,6 +104,7 @@ class Worker(ChildProcess):
             self.listener = Listener(self.s.dsn, self._on_notify)
             self.listener.start()
         metrics.workers.labels(self.s.queue).inc()
+        metrics.zero_worker_counters(self.s.queue, self.s.registry.names())
         log.info("worker %s started on queue %r (threads=%d, notify=%s)",
                  self.s.worker_id, self.s.queue, self.s.threads, self.s.notify)
         self.events.started.set()
@@ -324,10 +326,13 @@ class Worker(ChildProcess):
 
     def _show_status(self) -> None:
         busy = len(self.running)
-        if busy == self.shown_busy:
+        # The supervisor's count of this queue's workers changes with TTIN/TTOU.
+        peers = self.beacon.peers() if self.beacon is not None else 0
+        if (busy, peers) == (self.shown_busy, self.shown_peers):
             return  # the loop can turn thousands of times a second; write only changes
-        self.shown_busy = busy
-        metrics.workers_busy.labels(self.s.queue).set(busy)
+        if busy != self.shown_busy:
+            metrics.workers_busy.labels(self.s.queue).set(busy)
+        self.shown_busy, self.shown_peers = busy, peers
         if self.s.title is not None:
             self.s.title(f"{busy} jobs")
 
