@@ -5,6 +5,7 @@ is never charged for a crash of a process it merely shared with the culprit."""
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -82,3 +83,6 @@ def test_too_many_crashes_fail_the_queue_while_another_drains(
     assert re.search(rb'^pgfleet_queue_failed\{queue="crashy"\} 1\.0$', body, re.M), body
     assert "ERROR" in next(line for line in f.log().splitlines()
                            if "queue 'crashy' failed" in line)
+    # A HUP gives the failed queue a fresh start: its workers run (and crash) again.
+    f.signal(signal.SIGHUP)
+    wait_for(lambda: f.log().count("exited: SIGSEGV") > 3, timeout=30)
