@@ -97,12 +97,14 @@ class CrashLimitConfig(BaseModel):
 
     model_config = FROZEN
 
+    # A poison job's retries back off, so its crashes grow rarer: one such job alone
+    # should not fail its queue, a crash loop should.
     count: Int = Field(
-        default=5, ge=1, le=1000,
+        default=10, ge=1, le=1000,
         description="Worker crashes within `window` that mark the queue failed.",
     )
     window: PositiveDuration = Field(
-        default=60.0, description="The span over which crashes are counted."
+        default=300.0, description="The span over which crashes are counted."
     )
 
 
