@@ -54,16 +54,15 @@ WITH held AS MATERIALIZED (
      ORDER BY priority, run_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id FROM c WHERE NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
-    UNION ALL
-    (SELECT id FROM c WHERE c.solo AND (SELECT h.jobs FROM held h) = 0 LIMIT 1)
 )
 UPDATE pgfleet.jobs j
    SET state = 'running', attempt = j.attempt + 1, lease_holder = %(worker)s,
        lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now()
-  FROM picked c
+  FROM c
  WHERE j.id = c.id
+   AND (NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
+        OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1)
+            AND (SELECT h.jobs FROM held h) = 0))
 RETURNING j.id, j.task, j.args, j.attempt, j.max_attempts, pg_column_size(j.args) AS args_size,
           extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds
 
