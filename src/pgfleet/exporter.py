@@ -57,7 +57,10 @@ class _Server(ThreadingHTTPServer):
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind does a reverse DNS lookup of the address: skip it, a
-        # slow resolver must not delay start-up.
+        # slow resolver must not delay start-up. SO_REUSEADDR as TCPServer.server_bind
+        # sets it: without it, the connections of recent scrapes (TIME_WAIT on our side)
+        # keep the port from the successor after a HUP or a restart for about a minute.
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind(self.server_address)
         self.server_address = self.socket.getsockname()[:2]
 

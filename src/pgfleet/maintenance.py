@@ -14,7 +14,7 @@ import psycopg
 
 from pgfleet import metrics, store
 from pgfleet.child import BEAT_EVERY, ChildProcess
-from pgfleet.config import Config
+from pgfleet.config import Config, QueueConfig
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.supervisor.beacon import Beacon
@@ -111,7 +111,11 @@ class Maintenance(ChildProcess):
         conn = self._connection()
         while self.to_rescue:
             worker, reason = self.to_rescue[0]
-            rows = store.rescue_holder(conn, worker=worker, error=reason)
+            held = store.held_by(conn, worker=worker)
+            # A process holding several jobs when it died: any of them may have killed it,
+            # so none is charged; each runs alone next, where a crash names its culprit.
+            rows = store.rescue_holder(conn, worker=worker, error=reason,
+                                       delays=self._retry_delays(held), shared=len(held) > 1)
             for job_id, queue, task, state in rows:
                 label = metrics.queue_label(queue)
                 metrics.jobs_rescued.labels(label).inc()
@@ -121,6 +125,15 @@ class Maintenance(ChildProcess):
                 _log_rescue(job_id, queue, state, f"worker {worker} exited ({reason})")
             store.unregister_process(conn, worker)
             self.to_rescue.pop(0)
+
+    def _retry_delays(self, held: list[store.HeldJob]) -> dict[int, float]:
+        """A crashed attempt is due again after its queue's backoff, like a failed one (the
+        task's own backoff is known only where its module is imported)."""
+        delays = {}
+        for job in held:
+            queue = self.config.queues.get(job.queue) or QueueConfig()
+            delays[job.id] = queue.backoff.to_backoff().delay(max(job.attempt, 1))
+        return delays
 
     def _heartbeat(self, conn: psycopg.Connection[Any]) -> None:
         store.register_process(

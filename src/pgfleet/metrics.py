@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from pgfleet import metrics_storage
+
+# Before the first metric below touches a file: a full or read-only metrics directory
+# must turn metrics off, not kill the process (SIGBUS) or raise from a metric call.
+metrics_storage.install()
+
 # 10 ms to 1 h, roughly 2.5 times per step.
 TIME_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
                 300.0, 600.0, 1800.0, 3600.0)
@@ -60,7 +66,8 @@ worker_restarts = Counter(
     ["queue", "reason"],
 )
 queue_failed = Gauge(
-    "pgfleet_queue_failed", "1 when a queue stopped restarting after repeated start failures.",
+    "pgfleet_queue_failed",
+    "1 when a queue stopped restarting after repeated start failures or crashes.",
     ["queue"], multiprocess_mode="livemax",
 )
 supervisor_up = Gauge(

@@ -248,9 +248,24 @@ class RescuedJob:
     state: str
 
 
-def rescue_holder(conn: Conn, *, worker: str, error: str) -> list[tuple[int, str, str, str]]:
-    """Give back a dead worker's jobs: (id, queue, task, new state) of each."""
-    rows = _many(conn, "rescue_holder", {"worker": worker, "error": error}, RescuedJob)
+@dataclass(frozen=True)
+class HeldJob:
+    id: int
+    queue: str
+    attempt: int
+
+
+def held_by(conn: Conn, *, worker: str) -> list[HeldJob]:
+    return _many(conn, "held_by", {"worker": worker}, HeldJob)
+
+
+def rescue_holder(conn: Conn, *, worker: str, error: str, delays: dict[int, float],
+                  shared: bool) -> list[tuple[int, str, str, str]]:
+    """Give back a dead worker's jobs (those of `delays`, due after their delay); charge
+    an attempt only when not `shared`. (id, queue, task, new state) of each."""
+    rows = _many(conn, "rescue_holder",
+                 {"worker": worker, "error": error, "ids": list(delays),
+                  "delays": list(delays.values()), "shared": shared}, RescuedJob)
     return [(row.id, row.queue, row.task, row.state) for row in rows]
 
 

@@ -35,7 +35,8 @@ def by_worker(final: bool) -> Path:
 
 
 def by_supervisor(conn: Conn, job_id: int, attempt: int) -> None:
-    assert store.rescue_holder(conn, worker=WORKER, error="worker died: SIGSEGV") != []
+    assert store.rescue_holder(conn, worker=WORKER, error="worker died: SIGSEGV",
+                               delays={job_id: 7.5}, shared=False) != []
 
 
 def by_lease_expiry(conn: Conn, job_id: int, attempt: int) -> None:
@@ -46,7 +47,7 @@ def by_lease_expiry(conn: Conn, job_id: int, attempt: int) -> None:
 
 PATHS = {
     "complete_failed": by_worker(final=False),
-    "rescue_holder": Path(by_supervisor, "worker died: SIGSEGV", "worker died: SIGSEGV", 0.0),
+    "rescue_holder": Path(by_supervisor, "worker died: SIGSEGV", "worker died: SIGSEGV", 7.5),
     "rescue_expired": Path(by_lease_expiry, f"lease expired (worker {WORKER} stopped"
                            " heartbeating)", f"lease expired (worker {WORKER})", 0.0),
 }

@@ -571,3 +571,12 @@ def test_parse_size_rejects(text: object) -> None:
 def test_format_duration_round_trips(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
     assert parse_duration(text) == seconds
+
+
+def test_crash_limit_values_are_checked_one_line_each() -> None:
+    errors = errors_of("queues: {default: {}}\n"
+                       "supervisor:\n  crash_limit:\n    count: 0\n    window: 0s\n")
+    assert errors == [
+        "pgfleet.yaml:4: supervisor.crash_limit.count: expected a value of at least 1",
+        "pgfleet.yaml:5: supervisor.crash_limit.window: expected a duration greater than 0s",
+    ]

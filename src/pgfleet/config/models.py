@@ -92,6 +92,22 @@ class RestartBackoffConfig(BackoffConfig):
     )
 
 
+class CrashLimitConfig(BaseModel):
+    """How many crashes of a queue's running workers, within how long, fail the queue."""
+
+    model_config = FROZEN
+
+    # A poison job's retries back off, so its crashes grow rarer: one such job alone
+    # should not fail its queue, a crash loop should.
+    count: Int = Field(
+        default=10, ge=1, le=1000,
+        description="Worker crashes within `window` that mark the queue failed.",
+    )
+    window: PositiveDuration = Field(
+        default=300.0, description="The span over which crashes are counted."
+    )
+
+
 class QueueConfig(BaseModel):
     """One queue: how many worker processes and threads run it, and its job policy."""
 
@@ -225,6 +241,10 @@ class SupervisorConfig(BaseModel):
     )
     max_start_failures: Int = Field(
         default=5, ge=1, le=1000, description="Start-up failures in a row before a queue is failed."
+    )
+    crash_limit: CrashLimitConfig = Field(
+        default=CrashLimitConfig(),
+        description="Crashes of running workers that mark a queue failed.",
     )
 
     @model_validator(mode="after")

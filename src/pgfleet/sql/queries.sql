@@ -40,10 +40,17 @@ SELECT j.task, j.unique_key, j.id
 -- name: claim :many
 -- R1: lock due rows of one queue in claim order through the partial index, skipping rows
 -- another worker holds, then lease them in the same statement. A paused queue yields none.
-WITH c AS MATERIALIZED (
-    SELECT id FROM pgfleet.jobs
+-- A solo job (migration 0007) goes only to a worker that holds nothing, alone; a worker
+-- holding one claims nothing more. A solo job among the locked rows stops a busy
+-- worker's claim, so the worker drains and takes it next.
+WITH held AS MATERIALIZED (
+    SELECT count(*) AS jobs, coalesce(bool_or(solo), false) AS solo FROM pgfleet.jobs
+     WHERE lease_holder = %(worker)s AND state = 'running'
+), c AS MATERIALIZED (
+    SELECT id, solo FROM pgfleet.jobs
      WHERE queue = %(queue)s AND state = 'queued' AND run_at <= now()
        AND NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
+       AND NOT (SELECT h.solo FROM held h)
      ORDER BY priority, run_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -53,6 +60,9 @@ UPDATE pgfleet.jobs j
        lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now()
   FROM c
  WHERE j.id = c.id
+   AND (NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
+        OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1)
+            AND (SELECT h.jobs FROM held h) = 0))
 RETURNING j.id, j.task, j.args, j.attempt, j.max_attempts, pg_column_size(j.args) AS args_size,
           extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds
 
@@ -100,16 +110,33 @@ UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease
  WHERE lease_holder = %(worker)s AND state = 'running' AND id = ANY(%(ids)s::bigint[])
 RETURNING id
 
+-- name: held_by :many
+-- The running jobs a dead worker held, for the rescue below to price their retries.
+SELECT id, queue, attempt FROM pgfleet.jobs
+ WHERE lease_holder = %(worker)s AND state = 'running'
+ ORDER BY id
+
 -- name: rescue_holder :many
--- R3a: the supervisor saw this worker exit; its running jobs failed with the reason.
--- The attempt stays counted, so a job that kills its process cannot loop forever.
+-- R3a: the supervisor saw this worker exit; its running jobs failed with the reason, and
+-- are due again after their `delay`. Every job counts the crash (0007). A job alone in
+-- the process is charged the attempt, so a job that kills its process cannot loop
+-- forever; jobs that `shared` it get the attempt back and run alone from now on, so
+-- the next crash names the culprit without charging its neighbours.
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
-             FROM pgfleet.failed_attempt(j.attempt, j.max_attempts, j.run_at, j.errors,
-                                         %(error)s) f),
+             FROM pgfleet.failed_attempt(
+                      j.attempt,
+                      CASE WHEN %(shared)s THEN j.attempt + 1 ELSE j.max_attempts END,
+                      j.run_at, j.errors, %(error)s, d.delay,
+                      logged_error => CASE WHEN %(shared)s
+                                      THEN %(error)s || ' (beside other jobs: not charged)'
+                                      END) f),
+       attempt = j.attempt - CASE WHEN %(shared)s THEN 1 ELSE 0 END,
+       crashes = j.crashes + 1, solo = j.solo OR %(shared)s,
        lease_holder = NULL, lease_expires_at = NULL
- WHERE j.lease_holder = %(worker)s AND j.state = 'running'
+  FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS d(id, delay)
+ WHERE j.id = d.id AND j.lease_holder = %(worker)s AND j.state = 'running'
 RETURNING j.id, j.queue, j.task, j.state::text AS state
 
 -- name: rescue_expired :many

@@ -1,11 +1,13 @@
 """The restart policy: start-up failures in a row per queue (per kind for the helpers),
-backoff between restarts, and a queue given up on after too many."""
+crashes of running workers per queue within a window, backoff between restarts, and a
+queue given up on after too many of either."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from pgfleet import metrics
 from pgfleet.config import Config
@@ -16,11 +18,12 @@ log = logging.getLogger("pgfleet.supervisor")
 
 @dataclass
 class QueueHealth:
-    """Start-up failures in a row and when the next start may happen."""
+    """Start-up failures in a row, recent crashes and when the next start may happen."""
 
     failures: int = 0
     not_before: float = 0.0
     failed: bool = False
+    crashes: deque[float] = field(default_factory=deque)
 
 
 def health_key(slot: Slot) -> str:
@@ -44,6 +47,8 @@ class Restarts:
         if was_ready:
             health.failures = 0
             health.not_before = 0.0
+            if reason == "crashed" and slot.kind == "worker":
+                self._record_crash(config, slot, health)
             return
         health.failures += 1
         policy = config.supervisor
@@ -60,6 +65,28 @@ class Restarts:
         health.not_before = time.monotonic() + delay
         log.warning("%s failed at start-up (%d in a row); next start in %.1fs",
                     label(slot), health.failures, delay)
+
+    def _record_crash(self, config: Config, slot: Slot, health: QueueHealth) -> None:
+        """A worker that had started died (a signal or an unexpected exit code): its
+        successor waits like after a start failure, and too many crashes within the
+        window fail the queue, so a poison job cannot make it crash-loop."""
+        limit = config.supervisor.crash_limit
+        now = time.monotonic()
+        health.crashes.append(now)
+        while health.crashes[0] < now - limit.window:
+            health.crashes.popleft()
+        queue = health_key(slot)
+        if len(health.crashes) >= limit.count:
+            health.failed = True
+            metrics.queue_failed.labels(queue).set(1)
+            log.error("queue %r failed: its workers crashed %d times within %.0fs; not "
+                      "restarting it (the other queues keep running; HUP to retry)",
+                      queue, len(health.crashes), limit.window)
+            return
+        delay = config.supervisor.restart_backoff.to_backoff().delay(len(health.crashes))
+        health.not_before = now + delay
+        log.warning("%s crashed (%d within %.0fs); next start in %.1fs", label(slot),
+                    len(health.crashes), limit.window, delay)
 
     def reset(self) -> None:
         """On reload: every queue gets a fresh start."""
