@@ -150,7 +150,7 @@ class Supervisor:
         """Quick stop for every child, then SIGKILL for what is left after STOP_MARGIN;
         each step guarded, since the state that broke the loop may be odd."""
         for pid in list(self.children):
-            self._kill_quietly(pid, signal.SIGINT)
+            _kill_quietly(pid, signal.SIGINT)
         deadline = time.monotonic() + STOP_MARGIN
         while self.children and time.monotonic() < deadline:
             try:
@@ -160,13 +160,7 @@ class Supervisor:
                 break
             time.sleep(LOOP_TICK)
         for pid in list(self.children):
-            self._kill_quietly(pid, signal.SIGKILL)
-
-    def _kill_quietly(self, pid: int, sig: int) -> None:
-        try:
-            self._kill(pid, sig)
-        except OSError:
-            log.exception("could not signal pid %d", pid)
+            _kill_quietly(pid, signal.SIGKILL)
 
     def _sleep(self) -> None:
         # A signal writes to wake_write (set_wakeup_fd), which ends the wait at once.
@@ -285,7 +279,7 @@ class Supervisor:
                 child.killed_for = "heartbeat stale"
                 log.error("%s pid %d has not beaten for %.0fs; killing it",
                           label(child.slot), child.pid, now - beat)
-                self._kill(child.pid, signal.SIGKILL)
+                _kill(child.pid, signal.SIGKILL)
 
     # ---- reload ----------------------------------------------------------------------
 
@@ -308,7 +302,7 @@ class Supervisor:
     def _retire(self, child: Child, why: str) -> None:
         child.retiring = True
         log.info("retiring %s pid %d (%s)", label(child.slot), child.pid, why)
-        self._kill(child.pid, signal.SIGTERM)
+        _kill(child.pid, signal.SIGTERM)
 
     # ---- stopping --------------------------------------------------------------------
 
@@ -327,7 +321,7 @@ class Supervisor:
         else:
             log.warning("%s again: killing every child", signame)
             for pid in list(self.children):
-                self._kill(pid, signal.SIGKILL)
+                _kill(pid, signal.SIGKILL)
 
     def _stop_step(self) -> bool:
         """Workers first; the helpers stop once no worker is left, so the maintenance
@@ -338,11 +332,11 @@ class Supervisor:
             for child in self.children.values():
                 if child.slot.kind == "worker":
                     child.killed_for = "shutdown deadline"
-                    self._kill(child.pid, signal.SIGKILL)
+                    _kill(child.pid, signal.SIGKILL)
             self.stop_deadline = time.monotonic() + STOP_MARGIN
         if self.stopping == "kill" and time.monotonic() > self.stop_deadline:
             for pid in list(self.children):
-                self._kill(pid, signal.SIGKILL)
+                _kill(pid, signal.SIGKILL)
         if any(c.slot.kind == "worker" for c in self.children.values()):
             return False
         for child in self.children.values():
@@ -353,12 +347,20 @@ class Supervisor:
     def _signal_kind(self, kind: str, sig: int) -> None:
         for child in self.children.values():
             if child.slot.kind == kind:
-                self._kill(child.pid, sig)
+                _kill(child.pid, sig)
 
-    @staticmethod
-    def _kill(pid: int, sig: int) -> None:
-        try:
-            os.kill(pid, sig)
-        except OSError as exc:
-            if exc.errno != errno.ESRCH:
-                raise
+
+def _kill(pid: int, sig: int) -> None:
+    """Signal a child; one that has just exited (not reaped yet) is not an error."""
+    try:
+        os.kill(pid, sig)
+    except OSError as exc:
+        if exc.errno != errno.ESRCH:
+            raise
+
+
+def _kill_quietly(pid: int, sig: int) -> None:
+    try:
+        _kill(pid, sig)
+    except OSError:
+        log.exception("could not signal pid %d", pid)
