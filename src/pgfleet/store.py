@@ -6,6 +6,7 @@ the application's own (transactional enqueue) or a worker's autocommit connectio
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -14,6 +15,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import class_row
 
+from pgfleet import payload
+from pgfleet.errors import PayloadError
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
 
 Conn = psycopg.Connection[Any]
@@ -160,16 +163,18 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
 class ClaimedJob:
     id: int
     task: str
-    args: Any
+    args: str | None  # JSON text, None when over the limit (never loaded); see args_size
     attempt: int
     max_attempts: int
     args_size: int
     wait_seconds: float
 
 
-def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float) -> list[ClaimedJob]:
+def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
+          args_limit: int = payload.MAX_ARGS_BYTES) -> list[ClaimedJob]:
     return _many(conn, "claim",
-                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease}, ClaimedJob)
+                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
+                  "args_limit": args_limit}, ClaimedJob)
 
 
 @dataclass(frozen=True)
@@ -335,8 +340,18 @@ class JobSummary:
 
 
 def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
+    """One job; its args and errors decoded, or left as their JSON text when decoding
+    them is refused (too deep, too large), so that any row can be shown."""
     row = _maybe(conn, "get_job", {"id": job_id}, JobRecord)
-    return _as_dict(row) if row else None
+    if row is None:
+        return None
+    job = _as_dict(row)
+    for key, limit in (("args", payload.MAX_ARGS_BYTES), ("errors", None)):
+        text = job[key]
+        size = len(text.encode("utf-8"))
+        with contextlib.suppress(PayloadError):
+            job[key] = payload.load_args(text, size, limit or size, field=key)
+    return job
 
 
 def list_jobs(

@@ -57,14 +57,31 @@ def jobs_show(job_id: int, as_json: bool) -> None:
 
     def text() -> None:
         for key, value in job.items():
-            if key == "errors":
+            if key == "errors" and isinstance(value, list):
                 for entry in value:
-                    click.echo(f"error (attempt {entry['attempt']}): "
-                               f"{entry['error'].splitlines()[0] if entry['error'] else ''}")
+                    click.echo(error_line(entry))
             else:
-                click.echo(f"{key}: {value}")
+                click.echo(f"{key}: {shortened(str(value))}")
 
     emit(job, as_json, text)
+
+
+SHOWN_CHARS = 2000
+
+
+def shortened(text: str) -> str:
+    # A row written by hand may hold megabytes of args; the terminal gets a glimpse.
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}… [{len(text)} characters; --json shows all]"
+
+
+def error_line(entry: object) -> str:
+    """One recorded failure; an entry not shaped like pgfleet's own is printed as is."""
+    if isinstance(entry, dict) and isinstance(entry.get("error"), str):
+        first = entry["error"].splitlines()[0] if entry["error"] else ""
+        return f"error (attempt {entry.get('attempt')}): {shortened(first)}"
+    return f"error: {shortened(str(entry))}"
 
 
 @jobs.command("retry")

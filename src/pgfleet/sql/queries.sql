@@ -53,7 +53,12 @@ UPDATE pgfleet.jobs j
        lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now()
   FROM c
  WHERE j.id = c.id
-RETURNING j.id, j.task, j.args, j.attempt, j.max_attempts, pg_column_size(j.args) AS args_size,
+RETURNING j.id, j.task,
+          -- Args travel as text, and only within the limit: the worker decodes each job's
+          -- args in its executor thread, so a hostile row (nested 2,000 deep, 60 MB) fails
+          -- that job alone and is never loaded into the worker's memory.
+          CASE WHEN octet_length(j.args::text) <= %(args_limit)s THEN j.args::text END AS args,
+          j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
           extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds
 
 -- name: complete_succeeded :many
@@ -172,9 +177,11 @@ INSERT INTO pgfleet.queues (name, paused, updated_at) VALUES (%(queue)s, %(pause
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now()
 
 -- name: get_job :maybe
-SELECT id, queue, task, args, state::text, priority, run_at, attempt, max_attempts,
+-- Args and errors as text: store.get_job decodes them only when that is safe, so any row
+-- prints (a row nested 2,000 deep once crashed the decoder).
+SELECT id, queue, task, args::text AS args, state::text, priority, run_at, attempt, max_attempts,
        lease_holder, lease_expires_at, created_at, started_at, finished_at, last_error,
-       errors, unique_key
+       errors::text AS errors, unique_key
   FROM pgfleet.jobs WHERE id = %(id)s
 
 -- name: list_jobs :many
