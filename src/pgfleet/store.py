@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from pgfleet import payload
-from pgfleet.errors import PayloadError
+from pgfleet.errors import PayloadError, PgfleetError
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
 
 Conn = psycopg.Connection[Any]
@@ -132,14 +132,9 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     unique_key), as client._row makes it."""
     if not rows:
         return []
-    tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys = (
-        list(column) for column in zip(*rows, strict=True))
-    params = {
-        "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
-        "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
-        "unique_keys": unique_keys,
-    }
-    inserted = _many(conn, "enqueue_many", params, KeyedJob)
+    inserted = _insert_many(conn, rows)
+    tasks = [row[0] for row in rows]
+    unique_keys = [row[7] for row in rows]
     if not any(unique_keys):
         # RETURNING follows the insertion order, which follows ORDER BY ord.
         return [job.id for job in inserted]
@@ -147,16 +142,46 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     keyless = [job.id for job in inserted if job.unique_key is None]
     by_key = {(job.task, job.unique_key): job.id for job in inserted
               if job.unique_key is not None}
-    missing = [(task, key) for task, key in zip(tasks, unique_keys, strict=True)
-               if key and (task, key) not in by_key]
-    if missing:
+    for _ in range(KEY_ROUNDS):
+        missing = [(task, key) for task, key in zip(tasks, unique_keys, strict=True)
+                   if key and (task, key) not in by_key]
+        if not missing:
+            break
         found = _many(conn, "existing_by_unique_key", {
             "tasks": [task for task, _ in missing],
             "unique_keys": [key for _, key in missing]}, KeyHolder)
         by_key.update({(job.task, job.unique_key): job.id for job in found})
+        # A key whose holder finished between the two statements is free again: insert
+        # those rows once more (their first row of each key, as the first insert did).
+        gone = {pair for pair in missing if pair not in by_key}
+        again = [row for row in rows if (row[0], row[7]) in gone]
+        by_key.update({(job.task, job.unique_key): job.id
+                       for job in _insert_many(conn, again) if job.unique_key is not None})
     keyless_iter = iter(keyless)
-    return [by_key[(task, key)] if key else next(keyless_iter)
-            for task, key in zip(tasks, unique_keys, strict=True)]
+    try:
+        return [by_key[(task, key)] if key else next(keyless_iter)
+                for task, key in zip(tasks, unique_keys, strict=True)]
+    except KeyError as exc:
+        raise PgfleetError(f"unique key {exc.args[0]!r} changed hands {KEY_ROUNDS} times "
+                           "during one enqueue_many; try again") from None
+
+
+# Rounds of look-up and re-insert for keys whose holder finished meanwhile; each round
+# needs a holder to finish within a few milliseconds, so more than two is rare.
+KEY_ROUNDS = 5
+
+
+def _insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[KeyedJob]:
+    if not rows:
+        return []
+    tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys = (
+        list(column) for column in zip(*rows, strict=True))
+    params = {
+        "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
+        "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
+        "unique_keys": unique_keys,
+    }
+    return _many(conn, "enqueue_many", params, KeyedJob)
 
 
 @dataclass(frozen=True)
