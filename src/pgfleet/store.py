@@ -312,10 +312,34 @@ def retry_job(conn: Conn, job_id: int) -> str | None:
 
 
 def retry_dead_of_queue(conn: Conn, queue: str) -> list[int]:
-    rows = _many(conn, "retry_dead_of_queue", {"queue": queue}, JobQueue)
+    """Requeue the dead jobs of `queue` whose unique key is free; dead_keys_held names
+    the others. An enqueue that takes a key during the statement fails it: try again."""
+    for attempt in range(RETRY_ROUNDS):
+        try:
+            with conn.transaction():
+                rows = _many(conn, "retry_dead_of_queue", {"queue": queue}, JobQueue)
+            break
+        except psycopg.errors.UniqueViolation:
+            if attempt == RETRY_ROUNDS - 1:
+                raise
     if rows:
         notify_queue(conn, queue)
     return [row.id for row in rows]
+
+
+RETRY_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class HeldKey:
+    id: int
+    task: str
+    unique_key: str
+    holder: int
+
+
+def dead_keys_held(conn: Conn, queue: str) -> list[HeldKey]:
+    return _many(conn, "dead_keys_held", {"queue": queue}, HeldKey)
 
 
 def cancel_job(conn: Conn, job_id: int) -> bool:

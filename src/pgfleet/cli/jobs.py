@@ -103,7 +103,13 @@ def jobs_retry(job_id: int | None, queue: str | None) -> None:
         else:
             assert queue is not None
             ids = store.retry_dead_of_queue(conn, queue)
+            held = store.dead_keys_held(conn, queue)
             click.echo(f"{len(ids)} dead job(s) of queue {queue!r} queued again")
+            for job in held:
+                click.echo(f"job {job.id} not retried: unique key {job.unique_key!r} of task "
+                           f"{job.task!r} is held by job {job.holder}", err=True)
+            if held and not ids:
+                fail(f"no dead job of queue {queue!r} could be retried")
 
 
 @jobs.command("cancel")

@@ -158,11 +158,31 @@ UPDATE pgfleet.jobs
 RETURNING id, queue
 
 -- name: retry_dead_of_queue :many
-UPDATE pgfleet.jobs
+-- Every dead job of the queue whose unique key is free: not held by an unfinished job of
+-- its task, and (when several dead jobs share it) only the newest of them. The others stay
+-- dead; dead_keys_held names them.
+UPDATE pgfleet.jobs j
    SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
        lease_holder = NULL, lease_expires_at = NULL
- WHERE queue = %(queue)s AND state = 'dead'
-RETURNING id, queue
+ WHERE j.queue = %(queue)s AND j.state = 'dead'
+   AND (j.unique_key IS NULL
+        OR (NOT EXISTS (SELECT 1 FROM pgfleet.jobs h
+                         WHERE h.task = j.task AND h.unique_key = j.unique_key
+                           AND h.state IN ('queued', 'running'))
+            AND j.id = (SELECT max(d.id) FROM pgfleet.jobs d
+                         WHERE d.task = j.task AND d.unique_key = j.unique_key
+                           AND d.queue = j.queue AND d.state = 'dead')))
+RETURNING j.id, j.queue
+
+-- name: dead_keys_held :many
+-- After retry_dead_of_queue: the dead jobs of the queue left behind, each with the
+-- unfinished job that holds its unique key.
+SELECT d.id, d.task, d.unique_key, h.id AS holder
+  FROM pgfleet.jobs d
+  JOIN pgfleet.jobs h ON h.task = d.task AND h.unique_key = d.unique_key
+                     AND h.state IN ('queued', 'running')
+ WHERE d.queue = %(queue)s AND d.state = 'dead' AND d.unique_key IS NOT NULL
+ ORDER BY d.id
 
 -- name: cancel_job :maybe
 UPDATE pgfleet.jobs SET state = 'cancelled', finished_at = now()
