@@ -135,6 +135,20 @@ def connect(dsn: str, *, autocommit: bool = True, application_name: str | None =
         ) from None
 
 
+# Server answers no retry can change: a wrong password or method, an unknown role or
+# database. Matched on the server's FATAL text, as libpq passes no SQLSTATE for a failed
+# connection. Anything else (refused, timed out, starting up, too many clients) may pass.
+_PERMANENT = ("password authentication failed", "authentication failed",
+              "no pg_hba.conf entry", "does not exist", "password is missing",
+              "no password supplied")
+
+
+def is_permanent(error: DatabaseUnavailable) -> bool:
+    """Would trying again with the same URL fail the same way?"""
+    text = str(error).lower()
+    return any(pattern in text for pattern in _PERMANENT)
+
+
 def process_name() -> str:
     """`pgfleet worker emails 1/2` for a process titled `pgfleet worker emails 1/2: 3 jobs`;
     `pgfleet` for a process that is not titled as pgfleet's (an application enqueueing)."""

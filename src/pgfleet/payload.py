@@ -140,6 +140,42 @@ def args_json(args: Any, limit: int = MAX_ARGS_BYTES) -> str:
     return text
 
 
+def load_args(text: str | None, size: int, limit: int = MAX_ARGS_BYTES,
+              field: str = "args") -> Any:
+    """Decode a job's args from their JSON text, as a worker's executor thread does.
+
+    Refuses (PayloadError) text that is missing or over `limit` bytes (the claim does not
+    even load it), undecodable, or nested deeper than MAX_DEPTH: Python's decoder raises
+    RecursionError near 1,000 levels, and deep values break the code that walks them."""
+    if text is None or size > limit:
+        raise PayloadError(field, f"{size} bytes of JSON text, over the limit of {limit} "
+                                  "bytes (not loaded)")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise PayloadError(field, f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise PayloadError(field, f"not valid JSON ({exc})") from None
+    if not _within_depth(value):
+        raise PayloadError(field, f"nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _within_depth(value: Any) -> bool:
+    """Iterative, like _walk: a decoded value of any depth cannot blow the stack."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        if depth >= MAX_DEPTH and item:
+            return False
+        stack.extend((child, depth + 1) for child in item)
+    return True
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 

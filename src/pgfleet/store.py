@@ -6,6 +6,7 @@ the application's own (transactional enqueue) or a worker's autocommit connectio
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -14,6 +15,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import class_row
 
+from pgfleet import payload
+from pgfleet.errors import PayloadError, PgfleetError
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
 
 Conn = psycopg.Connection[Any]
@@ -129,14 +132,9 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     unique_key), as client._row makes it."""
     if not rows:
         return []
-    tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys = (
-        list(column) for column in zip(*rows, strict=True))
-    params = {
-        "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
-        "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
-        "unique_keys": unique_keys,
-    }
-    inserted = _many(conn, "enqueue_many", params, KeyedJob)
+    inserted = _insert_many(conn, rows)
+    tasks = [row[0] for row in rows]
+    unique_keys = [row[7] for row in rows]
     if not any(unique_keys):
         # RETURNING follows the insertion order, which follows ORDER BY ord.
         return [job.id for job in inserted]
@@ -144,32 +142,64 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     keyless = [job.id for job in inserted if job.unique_key is None]
     by_key = {(job.task, job.unique_key): job.id for job in inserted
               if job.unique_key is not None}
-    missing = [(task, key) for task, key in zip(tasks, unique_keys, strict=True)
-               if key and (task, key) not in by_key]
-    if missing:
+    for _ in range(KEY_ROUNDS):
+        missing = [(task, key) for task, key in zip(tasks, unique_keys, strict=True)
+                   if key and (task, key) not in by_key]
+        if not missing:
+            break
         found = _many(conn, "existing_by_unique_key", {
             "tasks": [task for task, _ in missing],
             "unique_keys": [key for _, key in missing]}, KeyHolder)
         by_key.update({(job.task, job.unique_key): job.id for job in found})
+        # A key whose holder finished between the two statements is free again: insert
+        # those rows once more (their first row of each key, as the first insert did).
+        gone = {pair for pair in missing if pair not in by_key}
+        again = [row for row in rows if (row[0], row[7]) in gone]
+        by_key.update({(job.task, job.unique_key): job.id
+                       for job in _insert_many(conn, again) if job.unique_key is not None})
     keyless_iter = iter(keyless)
-    return [by_key[(task, key)] if key else next(keyless_iter)
-            for task, key in zip(tasks, unique_keys, strict=True)]
+    try:
+        return [by_key[(task, key)] if key else next(keyless_iter)
+                for task, key in zip(tasks, unique_keys, strict=True)]
+    except KeyError as exc:
+        raise PgfleetError(f"unique key {exc.args[0]!r} changed hands {KEY_ROUNDS} times "
+                           "during one enqueue_many; try again") from None
+
+
+# Rounds of look-up and re-insert for keys whose holder finished meanwhile; each round
+# needs a holder to finish within a few milliseconds, so more than two is rare.
+KEY_ROUNDS = 5
+
+
+def _insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[KeyedJob]:
+    if not rows:
+        return []
+    tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys = (
+        list(column) for column in zip(*rows, strict=True))
+    params = {
+        "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
+        "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
+        "unique_keys": unique_keys,
+    }
+    return _many(conn, "enqueue_many", params, KeyedJob)
 
 
 @dataclass(frozen=True)
 class ClaimedJob:
     id: int
     task: str
-    args: Any
+    args: str | None  # JSON text, None when over the limit (never loaded); see args_size
     attempt: int
     max_attempts: int
     args_size: int
     wait_seconds: float
 
 
-def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float) -> list[ClaimedJob]:
+def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
+          args_limit: int = payload.MAX_ARGS_BYTES) -> list[ClaimedJob]:
     return _many(conn, "claim",
-                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease}, ClaimedJob)
+                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
+                  "args_limit": args_limit}, ClaimedJob)
 
 
 @dataclass(frozen=True)
@@ -300,10 +330,34 @@ def retry_job(conn: Conn, job_id: int) -> str | None:
 
 
 def retry_dead_of_queue(conn: Conn, queue: str) -> list[int]:
-    rows = _many(conn, "retry_dead_of_queue", {"queue": queue}, JobQueue)
+    """Requeue the dead jobs of `queue` whose unique key is free; dead_keys_held names
+    the others. An enqueue that takes a key during the statement fails it: try again."""
+    for attempt in range(RETRY_ROUNDS):
+        try:
+            with conn.transaction():
+                rows = _many(conn, "retry_dead_of_queue", {"queue": queue}, JobQueue)
+            break
+        except psycopg.errors.UniqueViolation:
+            if attempt == RETRY_ROUNDS - 1:
+                raise
     if rows:
         notify_queue(conn, queue)
     return [row.id for row in rows]
+
+
+RETRY_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class HeldKey:
+    id: int
+    task: str
+    unique_key: str
+    holder: int
+
+
+def dead_keys_held(conn: Conn, queue: str) -> list[HeldKey]:
+    return _many(conn, "dead_keys_held", {"queue": queue}, HeldKey)
 
 
 def cancel_job(conn: Conn, job_id: int) -> bool:
@@ -353,8 +407,18 @@ class JobSummary:
 
 
 def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
+    """One job; its args and errors decoded, or left as their JSON text when decoding
+    them is refused (too deep, too large), so that any row can be shown."""
     row = _maybe(conn, "get_job", {"id": job_id}, JobRecord)
-    return _as_dict(row) if row else None
+    if row is None:
+        return None
+    job = _as_dict(row)
+    for key, limit in (("args", payload.MAX_ARGS_BYTES), ("errors", None)):
+        text = job[key]
+        size = len(text.encode("utf-8"))
+        with contextlib.suppress(PayloadError):
+            job[key] = payload.load_args(text, size, limit or size, field=key)
+    return job
 
 
 def list_jobs(

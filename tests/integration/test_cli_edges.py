@@ -250,3 +250,38 @@ def test_without_dev_and_without_a_url_the_error_stays(tmp_path: Path) -> None:
 def _rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(sql).fetchall()
+
+
+def _dead(dsn: str, **job: Any) -> int:
+    job_id = client.enqueue(dsn, "noop", queue="q", **job)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgfleet.jobs SET state = 'dead', attempt = 1, finished_at = now()"
+                      " WHERE id = %s", (job_id,))
+    return job_id
+
+
+def _retry_queue(dsn: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pgfleet", "jobs", "retry", "--queue", "q"],
+                          capture_output=True, text=True,
+                          env={**os.environ, "PGFLEET_DATABASE_URL": dsn})
+
+
+def test_retry_queue_retries_what_it_can_and_names_the_rest(dsn: str) -> None:
+    """A dead job whose unique key is held again stays dead and is named; the other dead
+    jobs of the queue are retried. Exit 1 only when none could be."""
+    blocked = _dead(dsn, unique_key="k")
+    holder = client.enqueue(dsn, "noop", queue="q", unique_key="k", delay=3600)
+    plain = [_dead(dsn), _dead(dsn)]
+    out = _retry_queue(dsn)
+    assert out.returncode == 0, out.stderr
+    assert "2 dead job(s) of queue 'q' queued again" in out.stdout
+    assert (f"job {blocked} not retried: unique key 'k' of task 'noop' is held by job "
+            f"{holder}") in out.stderr
+    states = dict(psycopg.connect(dsn, autocommit=True).execute(
+        "SELECT id, state::text FROM pgfleet.jobs").fetchall())
+    assert states == {blocked: "dead", holder: "queued", plain[0]: "queued",
+                      plain[1]: "queued"}
+
+    again = _retry_queue(dsn)
+    assert again.returncode == 1 and f"job {blocked} not retried" in again.stderr
+    assert "no dead job of queue 'q' could be retried" in again.stderr

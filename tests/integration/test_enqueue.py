@@ -14,7 +14,7 @@ from psycopg import sql
 import pgfleet
 from pgfleet import PayloadError, store
 from pgfleet.listener import CHANNEL
-from tests.support.workers import scalar
+from tests.support.workers import scalar, wait_for, worker_process
 
 
 def listen(dsn: str) -> psycopg.Connection[Any]:
@@ -224,3 +224,22 @@ def test_unreachable_database_error_hides_the_password() -> None:
     assert "cannot connect to the database" in out.stderr
     assert "s3cr3t" not in out.stderr and "***" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_enqueue_many_survives_key_holders_finishing_meanwhile(dsn: str) -> None:
+    """Workers finish the holders of the keys while enqueue_many runs: each call returns
+    an id for every row (the existing job, or a new one once the key is free again)."""
+    procs = [worker_process(dsn, "default", "--threads", "4") for _ in range(2)]
+    try:
+        keys = [f"k{i}" for i in range(20)]
+        for _ in range(300):
+            ids = pgfleet.enqueue_many(dsn, [{"task": "noop", "unique_key": key}
+                                             for key in keys])
+            assert len(ids) == len(keys) and all(ids)
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pgfleet.jobs"
+                                     " WHERE state <> 'succeeded'") == 0, timeout=120)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            assert p.wait(30) == 0, p.stderr.read() if p.stderr else ""

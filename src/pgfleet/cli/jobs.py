@@ -57,14 +57,31 @@ def jobs_show(job_id: int, as_json: bool) -> None:
 
     def text() -> None:
         for key, value in job.items():
-            if key == "errors":
+            if key == "errors" and isinstance(value, list):
                 for entry in value:
-                    click.echo(f"error (attempt {entry['attempt']}): "
-                               f"{entry['error'].splitlines()[0] if entry['error'] else ''}")
+                    click.echo(error_line(entry))
             else:
-                click.echo(f"{key}: {value}")
+                click.echo(f"{key}: {shortened(str(value))}")
 
     emit(job, as_json, text)
+
+
+SHOWN_CHARS = 2000
+
+
+def shortened(text: str) -> str:
+    # A row written by hand may hold megabytes of args; the terminal gets a glimpse.
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}… [{len(text)} characters; --json shows all]"
+
+
+def error_line(entry: object) -> str:
+    """One recorded failure; an entry not shaped like pgfleet's own is printed as is."""
+    if isinstance(entry, dict) and isinstance(entry.get("error"), str):
+        first = entry["error"].splitlines()[0] if entry["error"] else ""
+        return f"error (attempt {entry.get('attempt')}): {shortened(first)}"
+    return f"error: {shortened(str(entry))}"
 
 
 @jobs.command("retry")
@@ -86,7 +103,13 @@ def jobs_retry(job_id: int | None, queue: str | None) -> None:
         else:
             assert queue is not None
             ids = store.retry_dead_of_queue(conn, queue)
+            held = store.dead_keys_held(conn, queue)
             click.echo(f"{len(ids)} dead job(s) of queue {queue!r} queued again")
+            for job in held:
+                click.echo(f"job {job.id} not retried: unique key {job.unique_key!r} of task "
+                           f"{job.task!r} is held by job {job.holder}", err=True)
+            if held and not ids:
+                fail(f"no dead job of queue {queue!r} could be retried")
 
 
 @jobs.command("cancel")

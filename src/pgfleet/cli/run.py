@@ -20,6 +20,8 @@ from pgfleet.cli.common import (
     required_config_path,
 )
 from pgfleet.cli.preflight import check_in_child
+from pgfleet.db import connect, is_permanent
+from pgfleet.errors import DatabaseUnavailable
 
 
 @click.command()
@@ -34,6 +36,7 @@ def run() -> None:
         fail("no database URL: set database_url in the file, pass --database-url or set "
              "PGFLEET_DATABASE_URL", EXIT_USAGE)
     report(*check_in_child(config))
+    refuse_permanent_connection_errors(dsn)
     metrics_dir = fresh_metrics_dir()
     try:
         # Imported only now: prometheus-client reads PROMETHEUS_MULTIPROC_DIR at import.
@@ -43,6 +46,17 @@ def run() -> None:
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     sys.exit(code)
+
+
+def refuse_permanent_connection_errors(dsn: str) -> None:
+    """One connection before anything is forked (closed at once, so no connection crosses
+    a fork): a wrong password or an unknown role or database exits with one line, where
+    the workers would retry it forever. A database that is down is waited for."""
+    try:
+        connect(dsn, application_name="pgfleet run").close()
+    except DatabaseUnavailable as exc:
+        if is_permanent(exc):
+            fail(str(exc))
 
 
 def fresh_metrics_dir() -> str:

@@ -63,7 +63,12 @@ UPDATE pgfleet.jobs j
    AND (NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
         OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1)
             AND (SELECT h.jobs FROM held h) = 0))
-RETURNING j.id, j.task, j.args, j.attempt, j.max_attempts, pg_column_size(j.args) AS args_size,
+RETURNING j.id, j.task,
+          -- Args travel as text, and only within the limit: the worker decodes each job's
+          -- args in its executor thread, so a hostile row (nested 2,000 deep, 60 MB) fails
+          -- that job alone and is never loaded into the worker's memory.
+          CASE WHEN octet_length(j.args::text) <= %(args_limit)s THEN j.args::text END AS args,
+          j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
           extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds
 
 -- name: complete_succeeded :many
@@ -180,11 +185,31 @@ UPDATE pgfleet.jobs
 RETURNING id, queue
 
 -- name: retry_dead_of_queue :many
-UPDATE pgfleet.jobs
+-- Every dead job of the queue whose unique key is free: not held by an unfinished job of
+-- its task, and (when several dead jobs share it) only the newest of them. The others stay
+-- dead; dead_keys_held names them.
+UPDATE pgfleet.jobs j
    SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
        lease_holder = NULL, lease_expires_at = NULL
- WHERE queue = %(queue)s AND state = 'dead'
-RETURNING id, queue
+ WHERE j.queue = %(queue)s AND j.state = 'dead'
+   AND (j.unique_key IS NULL
+        OR (NOT EXISTS (SELECT 1 FROM pgfleet.jobs h
+                         WHERE h.task = j.task AND h.unique_key = j.unique_key
+                           AND h.state IN ('queued', 'running'))
+            AND j.id = (SELECT max(d.id) FROM pgfleet.jobs d
+                         WHERE d.task = j.task AND d.unique_key = j.unique_key
+                           AND d.queue = j.queue AND d.state = 'dead')))
+RETURNING j.id, j.queue
+
+-- name: dead_keys_held :many
+-- After retry_dead_of_queue: the dead jobs of the queue left behind, each with the
+-- unfinished job that holds its unique key.
+SELECT d.id, d.task, d.unique_key, h.id AS holder
+  FROM pgfleet.jobs d
+  JOIN pgfleet.jobs h ON h.task = d.task AND h.unique_key = d.unique_key
+                     AND h.state IN ('queued', 'running')
+ WHERE d.queue = %(queue)s AND d.state = 'dead' AND d.unique_key IS NOT NULL
+ ORDER BY d.id
 
 -- name: cancel_job :maybe
 UPDATE pgfleet.jobs SET state = 'cancelled', finished_at = now()
@@ -199,9 +224,11 @@ INSERT INTO pgfleet.queues (name, paused, updated_at) VALUES (%(queue)s, %(pause
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now()
 
 -- name: get_job :maybe
-SELECT id, queue, task, args, state::text, priority, run_at, attempt, max_attempts,
+-- Args and errors as text: store.get_job decodes them only when that is safe, so any row
+-- prints (a row nested 2,000 deep once crashed the decoder).
+SELECT id, queue, task, args::text AS args, state::text, priority, run_at, attempt, max_attempts,
        lease_holder, lease_expires_at, created_at, started_at, finished_at, last_error,
-       errors, unique_key
+       errors::text AS errors, unique_key
   FROM pgfleet.jobs WHERE id = %(id)s
 
 -- name: list_jobs :many

@@ -74,7 +74,8 @@ class Completer:
                 held = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
                 states = store.complete_failed(conn, worker=self.worker_id, failures=failures)
                 claimed = store.claim(conn, queue=self.queue, limit=claim_limit,
-                                      worker=self.worker_id, lease=lease)
+                                      worker=self.worker_id, lease=lease,
+                                      args_limit=self.executor.args_limit)
         else:
             held = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
             states = store.complete_failed(conn, worker=self.worker_id, failures=failures)

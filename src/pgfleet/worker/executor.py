@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pgfleet import context, metrics, store
+from pgfleet import context, metrics, payload, store
+from pgfleet.errors import PayloadError
 from pgfleet.tasks import PermanentError, Registry, Task
 from pgfleet.worker.job_log import UnknownTasks, interrupted
 
@@ -183,11 +184,12 @@ class Executor:
             raise LeaseLost()  # taken over while it waited for a thread (prefetch)
         if task is None:
             raise UnknownTask(f"unknown task {job.task!r}")
-        if job.args_size > self.args_limit:
-            raise PermanentError(
-                f"args are {job.args_size} bytes, over the limit of {self.args_limit}"
-            )
-        bound = task.bind(job.args)
+        try:
+            # Decoded here, in the job's own thread: a hostile row fails its job alone.
+            args = payload.load_args(job.args, job.args_size, self.args_limit)
+        except PayloadError as exc:
+            raise PermanentError(f"refused {exc}") from None
+        bound = task.bind(args)
         if task.is_async:
             remaining = max(0.001, running.deadline - time.monotonic())
             asyncio.run(_with_timeout(task.fn(*bound.args, **bound.kwargs), remaining))

@@ -234,7 +234,8 @@ class Worker(ChildProcess):
         assert self.conn is not None
         limit = self._free_slots()
         jobs = store.claim(self.conn, queue=self.s.queue, limit=limit,
-                           worker=self.s.worker_id, lease=self.s.lease)
+                           worker=self.s.worker_id, lease=self.s.lease,
+                           args_limit=self.s.args_limit)
         self._hand_out(jobs, limit)
 
     def _flush(self) -> None:
