@@ -20,6 +20,10 @@ Conn = psycopg.Connection[Any]
 Row = TypeVar("Row")
 Params = Mapping[str, Any] | None
 
+# Give-backs of one job that do not count as attempts (migration 0008); later ones do, so
+# a task that stops its own worker cannot loop at the same count for ever.
+MAX_REFUNDS = 3
+
 
 def queries() -> dict[str, str]:
     """{name: statement} of every query in sql/queries.sql."""
@@ -224,8 +228,11 @@ def complete_failed(conn: Conn, *, worker: str, failures: Sequence[Failure]) -> 
 
 
 def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> list[int]:
-    rows = _many(conn, "give_back",
-                 {"worker": worker, "ids": list(ids) if ids is not None else None}, JobId)
+    """Requeue jobs whose threads are known stopped; the first MAX_REFUNDS give-backs of a
+    job do not count as attempts, later ones do (so no job loops on give-backs)."""
+    params = {"worker": worker, "ids": list(ids) if ids is not None else None,
+              "max_refunds": MAX_REFUNDS}
+    rows = _many(conn, "give_back", params, JobId)
     return [row.id for row in rows]
 
 
