@@ -6,8 +6,12 @@ that no two runs of the job overlapped and no attempt number ran in two processe
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,7 @@ from tests.faults import books
 from tests.faults.conftest import Db
 from tests.faults.helpers import job_row, wait_settled
 from tests.support.fleet import Fleet
+from tests.support.proxy import Proxy, server_address
 from tests.support.workers import scalar, wait_for
 
 pytestmark = pytest.mark.faults
@@ -47,7 +52,6 @@ def test_a_job_is_released_only_once_its_thread_stopped(
     second = cfleet({"default": queue}, name="second", supervisor=QUICK)
     second.wait_workers(1)
     if stop == "int":
-        import os
         os.kill(worker, signal.SIGINT)
     elif stop == "term":
         first.signal(signal.SIGTERM)
@@ -81,3 +85,34 @@ def test_a_task_that_interrupts_its_worker_cannot_loop(
     assert row["last_error"] == "given back: the worker stopped (attempt counted: 3 refunds used)"
     result = books.check(dsn, [job_id])
     assert len({run.pid for run in result.jobs[job_id].runs}) == 4
+
+
+def test_a_worker_cut_off_by_a_blackhole_stops_before_its_lease_expires(
+        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path) -> None:
+    """A lone worker (no supervisor) whose database traffic vanishes without a reset: its
+    main thread blocks in a database call that never returns. The lease watchdog ends the
+    process before the lease (6 s) can expire; another host then runs the job."""
+    dsn = db.dsn
+    proxy = Proxy(server_address(dsn))
+    out = tmp_path / "lone.log"
+    with open(out, "wb") as sink:
+        lone = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.lone_worker", proxy.dsn(dsn), "6"],
+            stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        job_id = pgfleet.enqueue(dsn, "spin", {"seconds": 20.0})
+        wait_for(lambda: runner_pid(dsn, job_id) == lone.pid, timeout=30)
+        proxy.blackhole()
+        assert lone.wait(60) != 0
+        assert "could not renew its leases" in out.read_text(), out.read_text()
+        f = cfleet({"default": {"processes": 1}})
+        wait_settled(dsn, timeout=120, log=f.log)
+    finally:
+        if lone.poll() is None:
+            lone.kill()
+            lone.wait(10)
+        proxy.close()
+    row = job_row(dsn, job_id)
+    assert row["state"] == "succeeded" and row["attempt"] == 2, row
+    assert row["errors"][0]["error"].startswith("lease expired")
+    books.check(dsn, [job_id])

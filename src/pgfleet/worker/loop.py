@@ -33,7 +33,7 @@ from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.events import WorkerEvents
 from pgfleet.worker.executor import Executor, Running, WorkerStopping
-from pgfleet.worker.leases import LEASE_SAFETY, Leases
+from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
 from pgfleet.worker.settings import WorkerSettings
 
 log = logging.getLogger("pgfleet.worker")
@@ -100,6 +100,7 @@ class Worker(ChildProcess):
         if not self._connect_first():
             return self.exit_code
         self.executor.start(self.s.threads)
+        start_watchdog(self.leases, lambda: len(self.running))
         if self.s.notify:
             self.listener = Listener(self.s.dsn, self._on_notify)
             self.listener.start()
