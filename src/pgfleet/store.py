@@ -236,6 +236,13 @@ def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> l
     return [row.id for row in rows]
 
 
+def still_ours(conn: Conn, *, id: int, worker: str, attempt: int) -> bool:
+    """True while job `id` runs under `worker` at `attempt`; the row stays locked (FOR
+    SHARE) until `conn`'s transaction ends."""
+    params = {"id": id, "worker": worker, "attempt": attempt}
+    return _maybe(conn, "still_ours", params, JobId) is not None
+
+
 def renew_leases(conn: Conn, *, worker: str, lease: float, ids: Sequence[int]) -> set[int]:
     """Extend the leases of the jobs `ids` that `worker` still holds; returns those ids."""
     if not ids:

@@ -169,6 +169,15 @@ UPDATE pgfleet.jobs
  WHERE queue = %(queue)s AND state = 'dead'
 RETURNING id, queue
 
+-- name: still_ours :maybe
+-- A task's fence: is its job still running under this holder at this attempt? FOR SHARE
+-- holds the answer until the caller's transaction ends: a rescue or a completion of the
+-- row waits for it, so a side effect written in that transaction is fenced.
+SELECT id FROM pgfleet.jobs
+ WHERE id = %(id)s AND state = 'running' AND lease_holder = %(worker)s
+   AND attempt = %(attempt)s
+   FOR SHARE
+
 -- name: cancel_job :maybe
 UPDATE pgfleet.jobs SET state = 'cancelled', finished_at = now()
  WHERE id = %(id)s AND state = 'queued'
