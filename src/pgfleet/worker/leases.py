@@ -22,6 +22,8 @@ log = logging.getLogger("pgfleet.worker")
 # Past expiry another host may start these jobs; a worker that could not renew its
 # leases for this fraction of the lease stops its jobs before that can happen.
 LEASE_SAFETY = 0.8
+# The watchdog thread's bound, for a main thread that is blocked: still inside the lease.
+WATCHDOG_SAFETY = 0.9
 
 
 class Leases:
@@ -60,20 +62,23 @@ class Leases:
                   now - self.renewed, self.lease, busy)
 
 
-def start_watchdog(leases: Leases, busy: Callable[[], int]) -> None:
+def start_watchdog(leases: Leases, busy: Callable[[], int]) -> threading.Event:
     """A daemon thread that ends the process when its jobs run on leases not renewed for
-    LEASE_SAFETY of their length. It needs neither the database nor the main thread, which
-    may be blocked in a database call that never returns (a network that drops packets):
-    past expiry another host may start these jobs, so this process must be gone by then.
-    The jobs stay leased; the supervisor's rescue or the lease expiry returns them."""
+    WATCHDOG_SAFETY of their length. It needs neither the database nor the main thread,
+    which may be blocked in a database call that never returns (a network that drops
+    packets): past expiry another host may start these jobs, so this process must be gone
+    by then. The jobs stay leased; the supervisor's rescue or the lease expiry returns
+    them. It fires later than the main loop's own check (LEASE_SAFETY), which stops a
+    responsive worker more gently. Set the returned event to end the watch."""
+    done = threading.Event()  # set by the worker's main thread, never by a signal handler
 
     def watch() -> None:
-        while True:
-            time.sleep(min(0.25, leases.lease / 20))
+        while not done.wait(min(0.25, leases.lease / 20)):
             now = time.monotonic()
-            if leases.expiring(now, busy()):
+            if busy() > 0 and now - leases.renewed > leases.lease * WATCHDOG_SAFETY:
                 leases.report_expiring(now, busy())
                 sys.stderr.flush()
                 os._exit(EXIT_LEASE_LOST)
 
     threading.Thread(target=watch, name="pgfleet-lease-watchdog", daemon=True).start()
+    return done

@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -100,7 +101,11 @@ class Worker(ChildProcess):
         if not self._connect_first():
             return self.exit_code
         self.executor.start(self.s.threads)
-        start_watchdog(self.leases, lambda: len(self.running))
+        # Only a worker that owns its process may end it: one run on another thread lives
+        # in someone else's process (a test, an application) and relies on its loop's check.
+        watchdog = (start_watchdog(self.leases, lambda: len(self.running))
+                    if threading.current_thread() is threading.main_thread()
+                    else threading.Event())
         if self.s.notify:
             self.listener = Listener(self.s.dsn, self._on_notify)
             self.listener.start()
@@ -119,6 +124,7 @@ class Worker(ChildProcess):
         finally:
             metrics.workers.labels(self.s.queue).dec()
             self._shutdown()
+            watchdog.set()
         return self.exit_code
 
     def _loop(self) -> None:
