@@ -23,6 +23,10 @@ Conn = psycopg.Connection[Any]
 Row = TypeVar("Row")
 Params = Mapping[str, Any] | None
 
+# Give-backs of one job that do not count as attempts (migration 0008); later ones do, so
+# a task that stops its own worker cannot loop at the same count for ever.
+MAX_REFUNDS = 3
+
 
 def queries() -> dict[str, str]:
     """{name: statement} of every query in sql/queries.sql."""
@@ -257,9 +261,19 @@ def complete_failed(
 
 
 def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> list[int]:
-    rows = _many(conn, "give_back",
-                 {"worker": worker, "ids": list(ids) if ids is not None else None}, JobId)
+    """Requeue jobs whose threads are known stopped; the first MAX_REFUNDS give-backs of a
+    job do not count as attempts, later ones do (so no job loops on give-backs)."""
+    params = {"worker": worker, "ids": list(ids) if ids is not None else None,
+              "max_refunds": MAX_REFUNDS}
+    rows = _many(conn, "give_back", params, JobId)
     return [row.id for row in rows]
+
+
+def still_ours(conn: Conn, *, id: int, worker: str, attempt: int) -> bool:
+    """True while job `id` runs under `worker` at `attempt`; the row stays locked (FOR
+    SHARE) until `conn`'s transaction ends."""
+    params = {"id": id, "worker": worker, "attempt": attempt}
+    return _maybe(conn, "still_ours", params, JobId) is not None
 
 
 def renew_leases(conn: Conn, *, worker: str, lease: float, ids: Sequence[int]) -> set[int]:

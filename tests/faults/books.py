@@ -10,7 +10,7 @@ Rules checked:
 1. No job is missing (and none appeared from nowhere): the ids are exactly those enqueued.
 2. Every job ended `succeeded`, `dead` or `cancelled` (`queued` too if the scenario allows
    waiting jobs); none is left `running`.
-3. `attempt <= max_attempts`.
+3. `attempt <= max_attempts + refunds` (a refunded give-back does not count).
 4. A succeeded job of an audited task has a `finished` row from its final attempt.
 5. Runs of one job never overlap: each run's first row comes after the last row of the
    run before it. The only exception is a run of a process the scenario froze on purpose
@@ -34,7 +34,7 @@ import psycopg
 TERMINAL = {"succeeded", "dead", "cancelled"}
 # Tasks that write a `finished` row when they succeed.
 AUDITED = {"noop", "sleep", "fail_once", "async_noop", "hog", "stubborn", "spin",
-           "faults.sleep_fail_first"}
+           "faults.sleep_fail_first", "faults.gil_sort", "faults.interrupt_main"}
 # How the rescue paths record an attempt whose process or lease died.
 FAULT_ERRORS = ("worker died", "lease expired")
 # How the rescue marks an attempt given back because its process held other jobs too.
@@ -58,6 +58,7 @@ class Job:
     state: str
     attempt: int
     max_attempts: int
+    refunds: int
     error_attempts: list[int]
     errors: list[str]
     runs: list[Run] = field(default_factory=list)
@@ -102,12 +103,13 @@ class Books:
 def read(dsn: str) -> dict[int, Job]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT id, task, state::text, attempt, max_attempts,"
+            "SELECT id, task, state::text, attempt, max_attempts, refunds,"
             " ARRAY(SELECT (e->>'attempt')::int FROM jsonb_array_elements(errors) e),"
             " ARRAY(SELECT e->>'error' FROM jsonb_array_elements(errors) e)"
             " FROM pgfleet.jobs"
         ).fetchall()
-        jobs = {r[0]: Job(r[0], r[1], r[2], r[3], r[4], list(r[5]), list(r[6])) for r in rows}
+        jobs = {r[0]: Job(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6]), list(r[7]))
+                for r in rows}
         audit = conn.execute(
             "SELECT job_id, attempt, pid, min(at), max(at), bool_or(event = 'finished')"
             " FROM audit GROUP BY job_id, attempt, pid ORDER BY job_id, min(at)"
@@ -151,7 +153,7 @@ def _check_job(job: Job, allowed: set[str], frozen: set[int], by_attempt: bool) 
     tag = f"job {job.id} ({job.task}, {job.state}, attempt {job.attempt}/{job.max_attempts})"
     if job.state not in allowed:
         out.append(f"{tag}: ended in state {job.state}")
-    if job.attempt > job.max_attempts:
+    if job.attempt > job.max_attempts + job.refunds:
         out.append(f"{tag}: attempts exceed the maximum")
     if job.state == "succeeded" and job.task in AUDITED and not any(
             r.finished and r.attempt == job.attempt for r in job.runs):

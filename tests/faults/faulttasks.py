@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import time
 
 import pgfleet
@@ -19,4 +20,34 @@ def sleep_fail_first(seconds: float = 1.0) -> None:
     time.sleep(seconds)
     if job.attempt == 1:
         raise RuntimeError("attempt 1 fails after its sleep")
+    audit("finished")
+
+
+@pgfleet.task(name="faults.gil_sort")
+def gil_sort(seconds: float = 6.0, stubborn: bool = False, size: int = 4_000_000) -> None:
+    """Holds the GIL in long C calls (a sort of `size` ints; 4M take about a second): an
+    interrupt lands only between two sorts. Stubborn, it swallows every interrupt. An
+    audit row after each sort dates the run's last sign of life."""
+    audit("started")
+    numbers = [(i * 7919) % size for i in range(size)]  # scrambled: no runs to exploit
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            sorted(numbers)
+            audit("tick")
+        except BaseException:
+            if not stubborn:
+                raise
+    audit("finished")
+
+
+@pgfleet.task(name="faults.interrupt_main")
+def interrupt_main(seconds: float = 5.0) -> None:
+    """Does what some timeout helpers do: raises KeyboardInterrupt in the main thread (a
+    SIGINT as far as the worker can tell), then keeps busy in Python code."""
+    audit("started")
+    _thread.interrupt_main()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
     audit("finished")

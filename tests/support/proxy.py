@@ -45,6 +45,7 @@ class Proxy:
         self.port = self.server.getsockname()[1]
         self.open = threading.Event()
         self.open.set()
+        self.holding = False  # a blackhole: connections stay open, nothing goes through
         self.sockets: list[socket.socket] = []
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -58,6 +59,10 @@ class Proxy:
             if not self.open.is_set():
                 client.close()
                 continue
+            if self.holding:
+                with self.lock:
+                    self.sockets.append(client)  # accepted, never answered
+                continue
             try:
                 upstream = _connect(self.target)
             except OSError:
@@ -68,11 +73,11 @@ class Proxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not self.holding:
+                    dst.sendall(data)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_RDWR)
 
@@ -86,6 +91,11 @@ class Proxy:
                 s.close()
             self.sockets.clear()
 
+    def blackhole(self) -> None:
+        """Stop forwarding without closing anything, as a network that drops packets:
+        every read on the far side waits for ever."""
+        self.holding = True
+
     def dsn(self, dsn: str) -> str:
         """`dsn` with its server replaced by this proxy."""
         params = conninfo_to_dict(dsn)
@@ -94,6 +104,7 @@ class Proxy:
         return make_conninfo(**params)
 
     def restore(self) -> None:
+        self.holding = False
         self.open.set()
 
     def close(self) -> None:

@@ -86,7 +86,7 @@ RETURNING j.id
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
-             FROM pgfleet.failed_attempt(j.attempt, j.max_attempts, j.run_at, j.errors,
+             FROM pgfleet.failed_attempt(j.attempt, j.max_attempts + j.refunds, j.run_at, j.errors,
                                          d.error, d.delay, d.final) f),
        lease_holder = NULL, lease_expires_at = NULL
   FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
@@ -96,16 +96,26 @@ UPDATE pgfleet.jobs j
 RETURNING j.id, j.state::text AS state, j.run_at
 
 -- name: give_back :many
--- Shutdown: jobs this worker did not finish go back without using up an attempt. They are
--- due a second from now: the giving process exits right after this commit, and its job
--- threads must be gone before another worker can claim the job.
-UPDATE pgfleet.jobs
-   SET state = 'queued', attempt = greatest(attempt - 1, 0),
-       run_at = now() + interval '1 second',
+-- Shutdown: jobs this worker did not finish, whose threads are known stopped, go back. The
+-- attempt number stays (it is the fence: a number never runs in two processes); the
+-- attempt is refunded (refunds + 1) up to max_refunds times, after which a give-back
+-- counts like any failed attempt. Due a second from now.
+UPDATE pgfleet.jobs j
+   SET (state, run_at, finished_at, last_error, errors) = (
+           SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
+             FROM pgfleet.failed_attempt(
+                      j.attempt, j.max_attempts + least(j.refunds + 1, %(max_refunds)s),
+                      j.run_at, j.errors,
+                      CASE WHEN j.refunds < %(max_refunds)s
+                           THEN 'given back: the worker stopped (attempt refunded)'
+                           ELSE 'given back: the worker stopped (attempt counted: '
+                                || %(max_refunds)s || ' refunds used)' END,
+                      retry_in => 1) f),
+       refunds = least(j.refunds + 1, %(max_refunds)s),
        lease_holder = NULL, lease_expires_at = NULL
- WHERE lease_holder = %(worker)s AND state = 'running'
-   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-RETURNING id
+ WHERE j.lease_holder = %(worker)s AND j.state = 'running'
+   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+RETURNING j.id
 
 -- name: renew_leases :many
 -- Only the jobs the worker knows it runs: a claim committed just before a crash may never
@@ -132,7 +142,7 @@ UPDATE pgfleet.jobs j
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
              FROM pgfleet.failed_attempt(
                       j.attempt,
-                      CASE WHEN %(shared)s THEN j.attempt + 1 ELSE j.max_attempts END,
+                      CASE WHEN %(shared)s THEN j.attempt + 1 ELSE j.max_attempts + j.refunds END,
                       j.run_at, j.errors, %(error)s, d.delay,
                       logged_error => CASE WHEN %(shared)s
                                       THEN %(error)s || ' (beside other jobs: not charged)'
@@ -158,7 +168,7 @@ UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
              FROM pgfleet.failed_attempt(
-                      j.attempt, j.max_attempts, j.run_at, j.errors,
+                      j.attempt, j.max_attempts + j.refunds, j.run_at, j.errors,
                       'lease expired (worker ' || j.lease_holder || ' stopped heartbeating)',
                       logged_error => 'lease expired (worker ' || j.lease_holder || ')') f),
        lease_holder = NULL, lease_expires_at = NULL
@@ -179,7 +189,7 @@ DELETE FROM pgfleet.jobs j USING c WHERE j.id = c.id
 -- name: retry_job :maybe
 -- Manual retry of a dead or cancelled job: a fresh set of attempts, due now.
 UPDATE pgfleet.jobs
-   SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
+   SET state = 'queued', attempt = 0, refunds = 0, run_at = now(), finished_at = NULL,
        lease_holder = NULL, lease_expires_at = NULL
  WHERE id = %(id)s AND state IN ('dead', 'cancelled')
 RETURNING id, queue
@@ -189,7 +199,7 @@ RETURNING id, queue
 -- its task, and (when several dead jobs share it) only the newest of them. The others stay
 -- dead; dead_keys_held names them.
 UPDATE pgfleet.jobs j
-   SET state = 'queued', attempt = 0, run_at = now(), finished_at = NULL,
+   SET state = 'queued', attempt = 0, refunds = 0, run_at = now(), finished_at = NULL,
        lease_holder = NULL, lease_expires_at = NULL
  WHERE j.queue = %(queue)s AND j.state = 'dead'
    AND (j.unique_key IS NULL
@@ -210,6 +220,15 @@ SELECT d.id, d.task, d.unique_key, h.id AS holder
                      AND h.state IN ('queued', 'running')
  WHERE d.queue = %(queue)s AND d.state = 'dead' AND d.unique_key IS NOT NULL
  ORDER BY d.id
+
+-- name: still_ours :maybe
+-- A task's fence: is its job still running under this holder at this attempt? FOR SHARE
+-- holds the answer until the caller's transaction ends: a rescue or a completion of the
+-- row waits for it, so a side effect written in that transaction is fenced.
+SELECT id FROM pgfleet.jobs
+ WHERE id = %(id)s AND state = 'running' AND lease_holder = %(worker)s
+   AND attempt = %(attempt)s
+   FOR SHARE
 
 -- name: cancel_job :maybe
 UPDATE pgfleet.jobs SET state = 'cancelled', finished_at = now()

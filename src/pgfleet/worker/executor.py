@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import queue as queue_module
 import threading
 import time
@@ -21,6 +22,8 @@ from pgfleet.errors import PayloadError
 from pgfleet.tasks import PermanentError, Registry, Task
 from pgfleet.worker.job_log import UnknownTasks, interrupted
 
+log = logging.getLogger("pgfleet.worker")
+
 MAX_ERROR_CHARS = 4000
 
 
@@ -32,6 +35,11 @@ class JobTimeout(BaseException):
 class LeaseLost(BaseException):
     """Raised inside a job's thread when its row is no longer this worker's (rescued after
     a freeze, cancelled, deleted): whatever it does next would be refused anyway."""
+
+
+class WorkerStopping(BaseException):
+    """Raised inside a job's thread when its worker stops before the job ended: once the
+    thread has left the task, the job may be given back."""
 
 
 class UnknownTask(Exception):
@@ -61,6 +69,7 @@ class Outcome:
     error: str | None = None
     final: bool = False
     timed_out: bool = False
+    stopped: bool = False  # ended by WorkerStopping: to be given back, not recorded
     seconds: float = 0.0
 
 
@@ -143,7 +152,7 @@ class Executor:
                     return
                 put(self._execute(running))
                 wake()
-            except (JobTimeout, LeaseLost):
+            except (JobTimeout, LeaseLost, WorkerStopping):
                 # An interrupt that landed just after its job had ended: nothing to do.
                 continue
 
@@ -166,6 +175,9 @@ class Executor:
             outcome.timed_out = True
         except LeaseLost:
             outcome.error = "stopped: the job was taken over, cancelled or deleted"
+        except WorkerStopping:
+            outcome.error = "stopped: the worker is stopping"
+            outcome.stopped = True
         except PermanentError as exc:
             outcome.error = describe_exception(exc)
             outcome.final = True
@@ -210,12 +222,24 @@ class Executor:
                 stuck.append(running)
         return late, stuck
 
+    def withdraw_waiting(self) -> set[int]:
+        """Mark every job no thread has started as lost, so a thread that takes it later
+        raises LeaseLost before any task code; returns their ids. Under the guard, against
+        a thread starting one of them right now."""
+        withdrawn = set()
+        with self.guard:
+            for job_id, running in self.running.items():
+                if not running.started:
+                    running.lost = True
+                    withdrawn.add(job_id)
+        return withdrawn
+
     def interrupt(self, running: Running, reason: type[BaseException] = JobTimeout) -> None:
         """Raise `reason` in the job's thread at its next bytecode. A thread blocked in C
         (a sleep, a socket read) sees it only when that call returns."""
         if reason is JobTimeout:
             running.interrupted = True
-        else:
+        elif reason is LeaseLost:
             running.lost = True
         with self.guard:
             if running.thread_id is None:
@@ -223,8 +247,12 @@ class Executor:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(running.thread_id), ctypes.py_object(reason)
             )
-        interrupted(running.job, self.queue, timed_out=reason is JobTimeout,
-                    timeout=running.timeout)
+        if reason is WorkerStopping:
+            log.warning("job %d must stop: the worker is stopping; interrupting it",
+                        running.job.id)
+        else:
+            interrupted(running.job, self.queue, timed_out=reason is JobTimeout,
+                        timeout=running.timeout)
 
 
 async def _with_timeout(coro: Any, seconds: float) -> Any:

@@ -4,12 +4,17 @@ a worker that could not renew for most of a lease must stop running its jobs."""
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from pgfleet import store
+from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST
 from pgfleet.worker.executor import Executor, LeaseLost
 
 log = logging.getLogger("pgfleet.worker")
@@ -17,6 +22,8 @@ log = logging.getLogger("pgfleet.worker")
 # Past expiry another host may start these jobs; a worker that could not renew its
 # leases for this fraction of the lease stops its jobs before that can happen.
 LEASE_SAFETY = 0.8
+# The watchdog thread's bound, for a main thread that is blocked: still inside the lease.
+WATCHDOG_SAFETY = 0.9
 
 
 class Leases:
@@ -33,11 +40,13 @@ class Leases:
     def renew(self, conn: psycopg.Connection[Any], executor: Executor) -> None:
         """Heartbeat the process row and renew every running job's lease in one
         transaction; interrupt the jobs whose rows are no longer ours."""
+        # Taken before the statement: the server's new expiry is at least this late.
+        sent = time.monotonic()
         with conn.transaction():
             store.heartbeat_process(conn, self.worker_id)
             renewed = store.renew_leases(conn, worker=self.worker_id, lease=self.lease,
                                          ids=list(executor.running))
-        self.renewed = time.monotonic()
+        self.renewed = sent
         for job_id, running in list(executor.running.items()):
             if job_id not in renewed and not running.lost:
                 executor.interrupt(running, LeaseLost)
@@ -51,3 +60,25 @@ class Leases:
         log.error("worker %s could not renew its leases for %.0fs (lease %.0fs); exiting "
                   "so that none of its %d job(s) can run twice", self.worker_id,
                   now - self.renewed, self.lease, busy)
+
+
+def start_watchdog(leases: Leases, busy: Callable[[], int]) -> threading.Event:
+    """A daemon thread that ends the process when its jobs run on leases not renewed for
+    WATCHDOG_SAFETY of their length. It needs neither the database nor the main thread,
+    which may be blocked in a database call that never returns (a network that drops
+    packets): past expiry another host may start these jobs, so this process must be gone
+    by then. The jobs stay leased; the supervisor's rescue or the lease expiry returns
+    them. It fires later than the main loop's own check (LEASE_SAFETY), which stops a
+    responsive worker more gently. Set the returned event to end the watch."""
+    done = threading.Event()  # set by the worker's main thread, never by a signal handler
+
+    def watch() -> None:
+        while not done.wait(min(0.25, leases.lease / 20)):
+            now = time.monotonic()
+            if busy() > 0 and now - leases.renewed > leases.lease * WATCHDOG_SAFETY:
+                leases.report_expiring(now, busy())
+                sys.stderr.flush()
+                os._exit(EXIT_LEASE_LOST)
+
+    threading.Thread(target=watch, name="pgfleet-lease-watchdog", daemon=True).start()
+    return done

@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -32,8 +33,8 @@ from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.events import WorkerEvents
-from pgfleet.worker.executor import Executor, Outcome, Running
-from pgfleet.worker.leases import Leases
+from pgfleet.worker.executor import Executor, Running, WorkerStopping
+from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
 from pgfleet.worker.settings import WorkerSettings
 
 log = logging.getLogger("pgfleet.worker")
@@ -87,6 +88,7 @@ class Worker(ChildProcess):
         self.shown_busy = -1
         self.shown_peers = 0
         self.abandoned = False  # set when the process must exit without the database
+        self.stuck: set[int] = set()  # jobs that ignored their timeout: never released here
 
     @property
     def running(self) -> dict[int, Running]:
@@ -100,6 +102,11 @@ class Worker(ChildProcess):
         if not self._connect_first():
             return self.exit_code
         self.executor.start(self.s.threads)
+        # Only a worker that owns its process may end it: one run on another thread lives
+        # in someone else's process (a test, an application) and relies on its loop's check.
+        watchdog = (start_watchdog(self.leases, lambda: len(self.running))
+                    if threading.current_thread() is threading.main_thread()
+                    else threading.Event())
         if self.s.notify:
             self.listener = Listener(self.s.dsn, self._on_notify)
             self.listener.start()
@@ -119,6 +126,7 @@ class Worker(ChildProcess):
         finally:
             metrics.workers.labels(self.s.queue).dec()
             self._shutdown()
+            watchdog.set()
         return self.exit_code
 
     def _loop(self) -> None:
@@ -293,19 +301,13 @@ class Worker(ChildProcess):
             self._abandon(running)
 
     def _abandon(self, running: Running) -> None:
-        """The job ignored the interrupt: record it as timed out, give the other jobs
-        back, and exit so the supervisor starts a fresh process."""
-        job = running.job
-        log.error("job %d did not stop within kill_grace; exiting the worker", job.id)
-        seconds = time.monotonic() - running.started
-        self.completer.add(Outcome(
-            running, error=f"timed out after {seconds:.1f}s; the worker process was replaced",
-            timed_out=True, seconds=seconds,
-        ))
-        self.completer.collect()
-        # If this fails, the lease expires and the rescue path records the job.
-        with contextlib.suppress(psycopg.Error):
-            self._flush()
+        """The job ignored the interrupt: exit so the supervisor starts a fresh process.
+        Its thread may still run, so nothing records it here: the job stays leased until
+        this process is gone, then the supervisor's rescue (after waitpid) or the lease
+        expiry records the attempt."""
+        log.error("job %d did not stop within kill_grace; exiting the worker",
+                  running.job.id)
+        self.stuck.add(running.job.id)
         self.exit_code = EXIT_TIMEOUT
         self.stop_mode = "quick"
 
@@ -340,24 +342,34 @@ class Worker(ChildProcess):
     # ---- stopping ------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
+        """Stop the job threads, then release only what is known stopped: outcomes are
+        committed, interrupted jobs given back. A job whose thread may still run stays
+        leased; it is returned once this process is gone (supervisor's rescue after
+        waitpid, or the lease expiry)."""
         if self.listener is not None:
             self.listener.stop()
-        self.completer.collect()
         if self.abandoned:
             log.info("worker %s stopped without the database", self.s.worker_id)
             self._drop_connection()
             return
+        stopped = self._stop_jobs()
         try:
             if self.conn is None or self.conn.closed:
                 self._connect()
             assert self.conn is not None
             self._flush()
-            if self.running:
-                # Interrupted by the stop, not by their own fault: the attempt is refunded.
-                ids = store.give_back(self.conn, worker=self.s.worker_id, ids=list(self.running))
+            if stopped:
+                ids = store.give_back(self.conn, worker=self.s.worker_id, ids=sorted(stopped))
+                for job_id in stopped:
+                    self.executor.release(job_id)
                 if ids:
                     log.info("gave back %d unfinished job(s): %s", len(ids), ids)
-            store.unregister_process(self.conn, self.s.worker_id)
+            if self.running:
+                log.warning("left %d job(s) leased, their threads still running: %s; they "
+                            "are returned once this process is gone", len(self.running),
+                            sorted(self.running))
+            else:
+                store.unregister_process(self.conn, self.s.worker_id)
         except (psycopg.Error, DatabaseUnavailable) as exc:
             log.warning("could not record the shutdown: %s", scrub(str(exc), self.s.dsn))
         finally:
@@ -365,3 +377,29 @@ class Worker(ChildProcess):
         self.executor.stop()
         self.events.stopped.set()
         log.info("worker %s stopped", self.s.worker_id)
+
+    def _stop_jobs(self) -> set[int]:
+        """Withdraw the jobs no thread has started, interrupt the running ones and wait
+        for their threads to leave them: up to kill_grace, and never past most of the
+        lease. Returns the ids known stopped without an outcome worth recording (to give
+        back); the other outcomes stay pending for the flush."""
+        stopped = self.executor.withdraw_waiting()
+        for job_id, running in self.running.items():
+            if job_id not in stopped and job_id not in self.stuck:
+                self.executor.interrupt(running, WorkerStopping)
+        now = time.monotonic()
+        deadline = min(now + self.s.kill_grace,
+                       self.leases.renewed + self.s.lease * LEASE_SAFETY)
+        while True:
+            self.completer.collect()
+            ended = {o.running.job.id for o in self.completer.pending}
+            waiting = set(self.running) - ended - stopped - self.stuck
+            if not waiting or time.monotonic() >= deadline:
+                break
+            self.beat()
+            self.wakeup.wait(min(BEAT_EVERY, max(0.0, deadline - time.monotonic())))
+        # A withdrawn job's LeaseLost outcome is no failure; an interrupted one is given back.
+        stopped |= {o.running.job.id for o in self.completer.pending if o.stopped}
+        self.completer.pending = [o for o in self.completer.pending
+                                  if o.running.job.id not in stopped]
+        return stopped

@@ -1,0 +1,66 @@
+"""The fencing token a task can check: (holder, attempt) and still_ours(), on a job claimed
+and then taken over for real in the database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgfleet
+from pgfleet import store
+from pgfleet.context import JobContext
+
+
+def claimed(conn: psycopg.Connection[Any], worker: str) -> JobContext:
+    [job] = store.claim(conn, queue="default", limit=1, worker=worker, lease=30)
+    return JobContext(id=job.id, queue="default", task=job.task, attempt=job.attempt,
+                      max_attempts=job.max_attempts, worker=worker)
+
+
+def test_still_ours_until_the_job_is_taken_over(dsn: str) -> None:
+    pgfleet.enqueue(dsn, "noop")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        first = claimed(conn, "host-a")
+        assert first.token == ("host-a", 1)
+        assert first.still_ours(conn)
+        conn.execute("UPDATE pgfleet.jobs SET lease_expires_at = now() - interval '1s'")
+        assert [row[0] for row in store.rescue_expired(conn, limit=10)] == [first.id]
+        assert not first.still_ours(conn)
+        second = claimed(conn, "host-b")
+        assert second.token == ("host-b", 2)
+        assert second.still_ours(conn) and not first.still_ours(conn)
+
+
+def test_still_ours_holds_off_a_rescue_until_the_transaction_ends(dsn: str) -> None:
+    pgfleet.enqueue(dsn, "noop")
+    with psycopg.connect(dsn, autocommit=True) as conn, \
+            psycopg.connect(dsn, autocommit=True) as rescuer:
+        job = claimed(conn, "host-a")
+        conn.execute("UPDATE pgfleet.jobs SET lease_expires_at = now() - interval '1s'")
+        rescuer.execute("SET lock_timeout = '1s'")
+        with conn.transaction():
+            assert job.still_ours(conn)
+            # SKIP LOCKED: the rescue passes over the locked row instead of taking it.
+            assert store.rescue_expired(rescuer, limit=10) == []
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                rescuer.execute("UPDATE pgfleet.jobs SET lease_holder = %s", ("host-b",))
+        assert [row[0] for row in store.rescue_expired(rescuer, limit=10)] == [job.id]
+
+
+def test_a_fenced_update_is_written_only_by_the_holder(dsn: str) -> None:
+    """The documented pattern: check and write in one transaction; the row lock keeps the
+    job from being rescued in between."""
+    pgfleet.enqueue(dsn, "noop")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE payouts (job_id bigint, attempt int)")
+        job = claimed(conn, "host-a")
+        stale = JobContext(id=job.id, queue="default", task="noop", attempt=job.attempt - 1,
+                           max_attempts=job.max_attempts, worker="host-a")
+        for ctx in (stale, job):
+            with conn.transaction():
+                if ctx.still_ours(conn):
+                    conn.execute("INSERT INTO payouts VALUES (%s, %s)", (ctx.id, ctx.attempt))
+        rows = conn.execute("SELECT job_id, attempt FROM payouts").fetchall()
+    assert rows == [(job.id, job.attempt)]
