@@ -19,7 +19,7 @@ from pgfleet.cli.common import (
     report,
     required_config_path,
 )
-from pgfleet.cli.preflight import check_in_child
+from pgfleet.cli.preflight import check_in_child, web_problems
 
 
 @click.command()
@@ -34,6 +34,7 @@ def run() -> None:
         fail("no database URL: set database_url in the file, pass --database-url or set "
              "PGFLEET_DATABASE_URL", EXIT_USAGE)
     report(*check_in_child(config))
+    report(web_problems(config, dsn), [])
     metrics_dir = fresh_metrics_dir()
     try:
         # Imported only now: prometheus-client reads PROMETHEUS_MULTIPROC_DIR at import.

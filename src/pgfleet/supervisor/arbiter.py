@@ -44,7 +44,7 @@ LOOP_TICK = 0.2
 # After this much time beyond the shutdown timeout, the stop turns into SIGKILL.
 STOP_MARGIN = 5.0
 
-SINGLETONS = ("maintenance", "scheduler", "exporter")
+SINGLETONS = ("maintenance", "scheduler", "exporter", "web")
 
 
 @dataclass
