@@ -58,7 +58,7 @@ def test_the_supervisor_runs_restarts_and_stops_the_ui(dsn: str, tmp_path: Path)
 
         os.kill(old, signal.SIGKILL)
         wait_for(lambda: len(urls(fleet)) == 2, timeout=60)
-        assert "web pid %d exited: SIGKILL" % old in fleet.log()
+        assert f"web pid {old} exited: SIGKILL" in fleet.log()
         second = urls(fleet)[1]
         status, body = page(second)
         assert status == 200 and "Overview" in body
