@@ -62,14 +62,24 @@ def test_the_supervisor_runs_restarts_and_stops_the_ui(dsn: str, tmp_path: Path)
         second = urls(fleet)[1]
         status, body = page(second)
         assert status == 200 and "Overview" in body
+        frozen = web_child(fleet)
+        assert frozen is not None and frozen != old
+
+        # One that stops beating (here: stopped outright) is killed as stale and replaced.
+        os.kill(frozen, signal.SIGSTOP)
+        wait_for(lambda: len(urls(fleet)) == 3, timeout=90)
+        assert f"web pid {frozen} has not beaten" in fleet.log()
+        third = urls(fleet)[2]
+        status, body = page(third)
+        assert status == 200 and "Overview" in body
         new = web_child(fleet)
-        assert new is not None and new != old
+        assert new is not None and new != frozen
 
         children = list(fleet.children())
         fleet.signal(signal.SIGTERM)
         assert fleet.wait(60) == 0
         assert not any(alive(pid) for pid in children)
-        assert refused(second)
+        assert refused(third)
         assert f"web pid {new} exited: exit code 0" in fleet.log()
     finally:
         fleet.stop()
