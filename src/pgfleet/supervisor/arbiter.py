@@ -16,6 +16,7 @@ import select
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,7 @@ LOOP_TICK = 0.2
 # After this much time beyond the shutdown timeout, the stop turns into SIGKILL.
 STOP_MARGIN = 5.0
 
-SINGLETONS = ("maintenance", "scheduler", "exporter")
+SINGLETONS = ("maintenance", "scheduler", "exporter", "web")
 
 
 @dataclass
@@ -61,8 +62,11 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, config_path: str | Path, config: Config, dsn: str) -> None:
+    def __init__(self, config_path: str | Path, config: Config, dsn: str,
+                 adjust: Callable[[Config], Config] | None = None) -> None:
         self.config_path = str(config_path)
+        # Applied to every config read again on HUP, as it was to the first one.
+        self.adjust = adjust
         self.config = config
         self.dsn = dsn
         self.host = socket.gethostname()
@@ -294,7 +298,7 @@ class Supervisor:
             log.error("reload refused, keeping the running set: %s", exc)
             return
         log.info("reloading %s: starting the new set, retiring the old", self.config_path)
-        self.config = fresh
+        self.config = self.adjust(fresh) if self.adjust is not None else fresh
         self.restarts.reset()
         for child in list(self.children.values()):
             self._retire(child, "reload")

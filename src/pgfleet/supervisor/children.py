@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pgfleet.config import Config
+from pgfleet.errors import PgfleetError
 from pgfleet.supervisor.beacon import Beacon
 
 log = logging.getLogger("pgfleet.children")
@@ -48,6 +49,8 @@ def desired_slots(config: Config, extra_processes: int) -> list[Slot]:
         slots.append(Slot("scheduler"))
     if config.metrics.enabled:
         slots.append(Slot("exporter"))
+    if config.web.enabled:
+        slots.append(Slot("web"))
     for name in config.queues:
         count = worker_count(config, name, extra_processes)
         slots.extend(Slot("worker", name, i) for i in range(count))
@@ -102,7 +105,27 @@ def build(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None
         from pgfleet.exporter import Exporter
 
         return Exporter(config, dsn, beacon=me.beacon, supervisor_pid=me.supervisor_pid)
+    if slot.kind == "web":
+        return build_web(config, dsn, me)
     raise ValueError(f"unknown child kind {slot.kind!r}")
+
+
+def build_web(config: Config, dsn: str, me: Identity) -> Runnable | None:
+    """The web UI of the `web:` section; None (logged) without the web extra or with a
+    setting that cannot work (a secret file gone since the start, say)."""
+    try:
+        from pgfleet.web.child import WebChild
+        from pgfleet.web.configured import from_config
+
+        settings = from_config(config, dsn)
+    except ImportError as exc:
+        log.error("the web UI needs its extra: pip install 'pgfleet[web]' (%s is missing)",
+                  exc.name)
+        return None
+    except PgfleetError as exc:
+        log.error("web UI cannot start: %s", exc)
+        return None
+    return WebChild(settings, beacon=me.beacon)
 
 
 def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None:

@@ -13,18 +13,21 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pgfleet.db import POOLER_ENV, scrub
-from pgfleet.errors import PgfleetError
+from pgfleet.errors import DatabaseUnavailable, PgfleetError
 from pgfleet.web import actions, pages
+from pgfleet.web.rendering import render
 from pgfleet.web.security import Guard
 from pgfleet.web.settings import WebSettings
 
 # A page is a person waiting: a query that takes longer than this is cut off and said so.
 STATEMENT_TIMEOUT_MS = 10_000
+# How long a page waits for a connection before saying the database is unreachable.
+POOL_TIMEOUT = 5.0
 
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
@@ -40,8 +43,11 @@ def create_pool(settings: WebSettings) -> ConnectionPool[Any]:
         # As pgfleet.db.connect: a transaction pooler has no room for prepared statements.
         # Unprepared statements are planned with their values, so the filters still fold.
         kwargs["prepare_threshold"] = None
-    return ConnectionPool(settings.dsn, min_size=1, max_size=4, open=False, timeout=5.0,
-                          kwargs=kwargs, configure=configure_connection, name="pgfleet-web")
+    # check: a connection broken by a database restart is replaced before a page gets it,
+    # so the first page after the restart is not an error.
+    return ConnectionPool(settings.dsn, min_size=1, max_size=4, open=False,
+                          timeout=POOL_TIMEOUT, kwargs=kwargs, configure=configure_connection,
+                          check=ConnectionPool.check_connection, name="pgfleet-web")
 
 
 def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -> Starlette:
@@ -80,7 +86,17 @@ def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -
 
 
 async def _database_error(request: Request, exc: Exception) -> Response:
+    """A page, not a traceback: what failed, in one line without the password. It stays
+    live, so it turns back into the page asked for once the database answers."""
     dsn = request.app.state.settings.dsn
-    lines = str(exc).strip().splitlines()
-    text = scrub(lines[0] if lines else type(exc).__name__, dsn)
-    return PlainTextResponse(f"database error: {text}\n", 503)
+    if isinstance(exc, PoolTimeout):
+        text = f"no connection could be made within {POOL_TIMEOUT:.0f}s"
+    else:
+        lines = str(exc).strip().splitlines()
+        text = scrub(lines[0] if lines else type(exc).__name__, dsn)
+    if isinstance(exc, PoolTimeout | psycopg.OperationalError | DatabaseUnavailable):
+        title, message = "Database unreachable", f"The database is unreachable: {text}."
+    else:
+        title, message = "Database error", f"The database failed this request: {text}."
+    return render(request, "message.html", 503, title=title, live=True,
+                  message=f"{message} Nothing here is current; this page tries again by itself.")

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from pgfleet import store
 from pgfleet.cli import status
 from pgfleet.web import queries
-from pgfleet.web.rendering import pretty, render
+from pgfleet.web.rendering import clip, pretty, render
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
 # A filtered page reads the primary key in windows of this many ids (a text search turns
@@ -22,6 +22,9 @@ FILTER_WINDOW = 100_000
 TEXT_WINDOW = 10_000
 WINDOW_BUDGET = 0.1
 RECENT_RUNS = 5
+# A job retried without end (or a hand-written row) can carry thousands of errors: the
+# page shows the latest ones, each cut to PRETTY_LIMIT, and says how many it left out.
+ATTEMPTS_SHOWN = 50
 
 
 def overview(request: Request) -> Response:
@@ -142,8 +145,10 @@ def job(request: Request) -> Response:
     if row is None:
         return render(request, "message.html", 404, title="No such job", live=False,
                       message=f"job {job_id} does not exist (it may have been pruned)")
+    attempts = attempt_errors(row["errors"])
     return render(request, "job.html", title=f"Job {job_id}", live=True, job=row,
-                  attempts=attempt_errors(row["errors"]))
+                  attempts=attempts[-ATTEMPTS_SHOWN:],
+                  attempts_hidden=max(0, len(attempts) - ATTEMPTS_SHOWN))
 
 
 def attempt_errors(errors: Any) -> list[dict[str, Any]]:
@@ -154,8 +159,10 @@ def attempt_errors(errors: Any) -> list[dict[str, Any]]:
     shown = []
     for entry in errors:
         if isinstance(entry, dict):
-            shown.append({"attempt": entry.get("attempt", "?"), "at": entry.get("at", ""),
-                          "error": entry.get("error", pretty(entry))})
+            error = entry.get("error", entry)
+            shown.append({"attempt": clip(str(entry.get("attempt", "?"))),
+                          "at": clip(str(entry.get("at", ""))),
+                          "error": clip(error) if isinstance(error, str) else pretty(error)})
         else:
             shown.append({"attempt": "?", "at": "", "error": pretty(entry)})
     return shown

@@ -30,6 +30,7 @@ def environment() -> Environment:
     env.filters["age"] = age
     env.filters["ts"] = timestamp
     env.filters["pretty"] = pretty
+    env.filters["clip"] = clip
     return env
 
 
@@ -40,7 +41,11 @@ def timestamp(moment: datetime | None) -> str:
 
 
 def pretty(value: Any) -> str:
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    return clip(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
+
+
+def clip(text: str) -> str:
+    """The start of a long text, saying how much was left out."""
     if len(text) > PRETTY_LIMIT:
         return f"{text[:PRETTY_LIMIT]}\n… ({len(text) - PRETTY_LIMIT} more characters)"
     return text

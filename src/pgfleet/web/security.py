@@ -10,6 +10,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 
+from starlette.datastructures import Headers
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -67,6 +68,22 @@ def host_is_loopback(host_header: str) -> bool:
     return is_loopback(host)
 
 
+def same_origin(headers: Headers) -> bool:
+    """Did this POST come from the UI's own pages? A browser says so in Sec-Fetch-Site
+    (which survives a reverse proxy); one too old for that sends an Origin, which must be
+    the Host (or the X-Forwarded-Host a proxy set). "null", from a sandboxed frame or a
+    data: URL, is never ours. A request with neither header is not from a browser."""
+    site = headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    _, sep, rest = origin.partition("://")
+    hosts = {headers.get("host", "").lower(), headers.get("x-forwarded-host", "").lower()}
+    return bool(sep) and rest.rstrip("/").lower() in hosts - {""}
+
+
 def csrf_token(settings: WebSettings, cookie: str) -> str:
     return hmac.new(settings.secret, cookie.encode(), hashlib.sha256).hexdigest()
 
@@ -100,6 +117,10 @@ class Guard(BaseHTTPMiddleware):
         if not authorized(self.settings, request.headers.get("authorization")):
             return PlainTextResponse("authentication required\n", 401,
                                      headers={"WWW-Authenticate": 'Basic realm="pgfleet"'})
+        if request.method == "POST" and not same_origin(request.headers):
+            # Beside the CSRF token: another site's form (a sibling port or subdomain is
+            # the same *site*, so SameSite lets the cookie through) is refused outright.
+            return PlainTextResponse("a form from another origin is refused\n", 403)
         cookie = request.cookies.get(CSRF_COOKIE)
         if not cookie:
             cookie = secrets.token_urlsafe(32)

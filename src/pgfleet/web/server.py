@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from typing import Any
 
 import uvicorn
 
@@ -23,14 +24,23 @@ def serve(settings: WebSettings) -> None:
         if migrations.current_version(conn) == 0:
             raise PgfleetError("the pgfleet schema is not installed: run `pgfleet migrate`")
     sock = bind(settings.host, settings.port)
+    mode = " (read-only)" if settings.read_only else ""
+    print(f"pgfleet web: serving on {url_of(sock)}{mode}", flush=True)
+    uvicorn.Server(server_config(settings)).run(sockets=[sock])
+    sys.stdout.flush()
+
+
+def server_config(settings: WebSettings, **options: Any) -> uvicorn.Config:
+    """uvicorn's settings for the UI: no Server header, no access log."""
+    return uvicorn.Config(create_app(settings), log_level="warning", server_header=False,
+                          access_log=False, lifespan="on", **options)
+
+
+def url_of(sock: socket.socket) -> str:
+    """The URL a bound socket serves, `http://127.0.0.1:8080/` (IPv6 in brackets)."""
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    mode = " (read-only)" if settings.read_only else ""
-    print(f"pgfleet web: serving on http://{shown}:{port}/{mode}", flush=True)
-    config = uvicorn.Config(create_app(settings), log_level="warning", server_header=False,
-                            access_log=False, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
-    sys.stdout.flush()
+    return f"http://{shown}:{port}/"
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -3,14 +3,34 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pgfleet.errors import PgfleetError
+
+TOKEN_ENV = "PGFLEET_WEB_TOKEN"
+BASIC_ENV = "PGFLEET_WEB_BASIC_AUTH"
 
 
 class WebSettingsError(PgfleetError):
     """A setting of the web UI that cannot work; its text names the setting."""
+
+
+@dataclass(frozen=True)
+class Labels:
+    """How the settings are named where they were given: command-line options for
+    `pgfleet web`, `FILE:LINE: web.key` for the `web:` section of the config."""
+
+    listen: str = "--listen"
+    token_file: str = "--token-file"
+    basic_auth_file: str = "--basic-auth-file"
+
+    @staticmethod
+    def short(label: str) -> str:
+        """The option or key alone, without a `FILE:LINE:` in front."""
+        return label.rsplit(" ", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -28,6 +48,7 @@ class WebSettings:
     # Signs the CSRF tokens; a new one per process unless given (forms of an earlier
     # process then ask to be submitted again).
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    labels: Labels = Labels()
 
     @property
     def has_auth(self) -> bool:
@@ -35,13 +56,41 @@ class WebSettings:
 
     def check(self) -> None:
         """Refuse to serve anything but loopback without a token or basic auth."""
+        names = self.labels
         if not is_loopback(self.host) and not self.has_auth:
             raise WebSettingsError(
-                f"--listen {self.host}:{self.port} is not a loopback address: set a token "
-                "(PGFLEET_WEB_TOKEN or --token-file) or basic auth (PGFLEET_WEB_BASIC_AUTH "
-                "or --basic-auth-file) first")
+                f"{names.listen} {self.host}:{self.port} is not a loopback address: set a "
+                f"token ({TOKEN_ENV} or {names.short(names.token_file)}) or basic auth "
+                f"({BASIC_ENV} or {names.short(names.basic_auth_file)}) first")
         if not 0 <= self.port <= 65535:
-            raise WebSettingsError(f"--listen: port {self.port} is not between 0 and 65535")
+            raise WebSettingsError(
+                f"{names.listen}: port {self.port} is not between 0 and 65535")
+
+
+def build_settings(listen: str, dsn: str, read_only: bool, token_file: Path | None,
+                   basic_auth_file: Path | None, labels: Labels = Labels()) -> WebSettings:
+    """Settings from the options (or the config) and the environment; secrets never come
+    from argv, where `ps` would show them."""
+    host, port = parse_listen(listen)
+    token = (_secret_file(token_file, labels.token_file) or os.environ.get(TOKEN_ENV)
+             or None)
+    basic = _secret_file(basic_auth_file, labels.basic_auth_file) or os.environ.get(BASIC_ENV)
+    user, password = parse_basic(basic, labels.basic_auth_file if basic_auth_file
+                                 else BASIC_ENV) if basic else (None, None)
+    return WebSettings(dsn=dsn, host=host, port=port, read_only=read_only, token=token,
+                       basic_user=user, basic_password=password, labels=labels)
+
+
+def _secret_file(path: Path | None, option: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        text = path.read_text("utf-8").strip()
+    except OSError as exc:
+        raise WebSettingsError(f"{option} {path}: {exc.strerror}") from None
+    if not text:
+        raise WebSettingsError(f"{option} {path}: the file is empty")
+    return text
 
 
 def is_loopback(host: str) -> bool:

@@ -8,10 +8,14 @@
     return;
   }
   var every = Math.max(Number(live.dataset.refresh) || 2, 0.5) * 1000;
+  // When what is shown was read: after a failed refresh the page says how old it is and
+  // greys it out, so a number from before an outage never passes for a current one.
+  var readAt = new Date();
 
-  function show(text) {
+  function show(text, stale) {
     if (status) {
       status.textContent = text;
+      status.classList.toggle("stale", stale);
     }
   }
 
@@ -30,6 +34,9 @@
       cache: "no-store",
     })
       .then(function (response) {
+        if (response.status === 503) {
+          throw new Error("database unreachable");
+        }
         if (!response.ok) {
           throw new Error("HTTP " + response.status);
         }
@@ -39,10 +46,18 @@
         // The server escaped every value; this is its own markup, not user input.
         live.innerHTML = html;
         live.dataset.refreshed = String(Date.now());
-        show("live · " + new Date().toLocaleTimeString());
+        live.classList.remove("stale");
+        delete live.dataset.stale;
+        readAt = new Date();
+        show("live · " + readAt.toLocaleTimeString(), false);
       })
       .catch(function (error) {
-        show("live refresh failed (" + error.message + "), retrying");
+        // fetch() itself fails when the UI is down: say so the same way.
+        var reason = error instanceof TypeError ? "the UI is not answering" : error.message;
+        live.classList.add("stale");
+        live.dataset.stale = "1";
+        show(reason + ": showing data from " + readAt.toLocaleTimeString() + ", retrying",
+             true);
       })
       .then(later);
   }
