@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -18,6 +18,78 @@ from psycopg.rows import class_row
 from pgfleet import payload
 from pgfleet.errors import PayloadError, PgfleetError
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
+from pgfleet.rows import (
+    ClaimedJob as ClaimedJob,
+)
+from pgfleet.rows import (
+    Failure as Failure,
+)
+from pgfleet.rows import (
+    FireTime as FireTime,
+)
+from pgfleet.rows import (
+    HeartbeatAge as HeartbeatAge,
+)
+from pgfleet.rows import (
+    HeldJob as HeldJob,
+)
+from pgfleet.rows import (
+    HeldKey as HeldKey,
+)
+from pgfleet.rows import (
+    JobId as JobId,
+)
+from pgfleet.rows import (
+    JobQueue as JobQueue,
+)
+from pgfleet.rows import (
+    JobRecord as JobRecord,
+)
+from pgfleet.rows import (
+    JobState as JobState,
+)
+from pgfleet.rows import (
+    JobSummary as JobSummary,
+)
+from pgfleet.rows import (
+    KeyedJob as KeyedJob,
+)
+from pgfleet.rows import (
+    KeyHolder as KeyHolder,
+)
+from pgfleet.rows import (
+    NewJobs as NewJobs,
+)
+from pgfleet.rows import (
+    ProcessRow as ProcessRow,
+)
+from pgfleet.rows import (
+    QueueAge as QueueAge,
+)
+from pgfleet.rows import (
+    QueueCount as QueueCount,
+)
+from pgfleet.rows import (
+    QueueName as QueueName,
+)
+from pgfleet.rows import (
+    QueueTally as QueueTally,
+)
+from pgfleet.rows import (
+    RescuedJob as RescuedJob,
+)
+from pgfleet.rows import (
+    ScheduleFire as ScheduleFire,
+)
+from pgfleet.rows import (
+    ScheduleJob as ScheduleJob,
+)
+from pgfleet.rows import (
+    ScheduleLastRun as ScheduleLastRun,
+)
+from pgfleet.rows import (
+    ScheduleRunJob as ScheduleRunJob,
+)
 
 Conn = psycopg.Connection[Any]
 Row = TypeVar("Row")
@@ -114,20 +186,6 @@ def enqueue(
     return int(_scalar(conn, "enqueue", params))
 
 
-@dataclass(frozen=True)
-class KeyedJob:
-    id: int
-    task: str
-    unique_key: str | None
-
-
-@dataclass(frozen=True)
-class KeyHolder:
-    task: str
-    unique_key: str
-    id: int
-
-
 def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     """Insert rows in one statement; returns ids in input order (existing ids for keys
     an unfinished job already holds).
@@ -188,27 +246,11 @@ def _insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[KeyedJob]:
     return _many(conn, "enqueue_many", params, KeyedJob)
 
 
-@dataclass(frozen=True)
-class ClaimedJob:
-    id: int
-    task: str
-    args: str | None  # JSON text, None when over the limit (never loaded); see args_size
-    attempt: int
-    max_attempts: int
-    args_size: int
-    wait_seconds: float
-
-
 def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
           args_limit: int = payload.MAX_ARGS_BYTES) -> list[ClaimedJob]:
     return _many(conn, "claim",
                  {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
                   "args_limit": args_limit}, ClaimedJob)
-
-
-@dataclass(frozen=True)
-class JobId:
-    id: int
 
 
 def complete_succeeded(
@@ -222,22 +264,6 @@ def complete_succeeded(
         {"worker": worker, "ids": [d[0] for d in done], "attempts": [d[1] for d in done]},
         JobId)
     return {row.id for row in rows}
-
-
-@dataclass(frozen=True)
-class Failure:
-    id: int
-    attempt: int
-    error: str
-    delay: float
-    final: bool
-
-
-@dataclass(frozen=True)
-class JobState:
-    id: int
-    state: str
-    run_at: datetime  # when a retried job runs next
 
 
 def complete_failed(
@@ -284,21 +310,6 @@ def renew_leases(conn: Conn, *, worker: str, lease: float, ids: Sequence[int]) -
     return {row.id for row in _many(conn, "renew_leases", params, JobId)}
 
 
-@dataclass(frozen=True)
-class RescuedJob:
-    id: int
-    queue: str
-    task: str
-    state: str
-
-
-@dataclass(frozen=True)
-class HeldJob:
-    id: int
-    queue: str
-    attempt: int
-
-
 def held_by(conn: Conn, *, worker: str) -> list[HeldJob]:
     return _many(conn, "held_by", {"worker": worker}, HeldJob)
 
@@ -326,12 +337,6 @@ def prune_finished(conn: Conn, *, retention: float, limit: int) -> int:
 def notify_queue(conn: Conn, queue: str) -> None:
     """Wake the workers of `queue` (a hint: they poll anyway)."""
     _exec(conn, "notify_queue", {"queue": queue})
-
-
-@dataclass(frozen=True)
-class JobQueue:
-    id: int
-    queue: str
 
 
 def retry_job(conn: Conn, job_id: int) -> str | None:
@@ -362,14 +367,6 @@ def retry_dead_of_queue(conn: Conn, queue: str) -> list[int]:
 RETRY_ROUNDS = 3
 
 
-@dataclass(frozen=True)
-class HeldKey:
-    id: int
-    task: str
-    unique_key: str
-    holder: int
-
-
 def dead_keys_held(conn: Conn, queue: str) -> list[HeldKey]:
     return _many(conn, "dead_keys_held", {"queue": queue}, HeldKey)
 
@@ -382,42 +379,6 @@ def set_paused(conn: Conn, queue: str, paused: bool) -> None:
     _exec(conn, "set_paused", {"queue": queue, "paused": paused})
     if not paused:
         notify_queue(conn, queue)
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    id: int
-    queue: str
-    task: str
-    args: Any
-    state: str
-    priority: int
-    run_at: datetime
-    attempt: int
-    max_attempts: int
-    lease_holder: str | None
-    lease_expires_at: datetime | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    last_error: str | None
-    errors: Any
-    unique_key: str | None
-
-
-@dataclass(frozen=True)
-class JobSummary:
-    id: int
-    queue: str
-    task: str
-    state: str
-    priority: int
-    run_at: datetime
-    attempt: int
-    max_attempts: int
-    created_at: datetime
-    finished_at: datetime | None
-    last_error: str | None
 
 
 def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
@@ -464,41 +425,17 @@ def prune_processes(conn: Conn, stale_after: float) -> int:
     return _exec(conn, "prune_processes", {"stale_after": stale_after})
 
 
-@dataclass(frozen=True)
-class QueueCount:
-    queue: str
-    state: str
-    count: int
-
-
 def queue_counts(conn: Conn) -> list[tuple[str, str, int]]:
     return [(r.queue, r.state, int(r.count))
             for r in _many(conn, "queue_counts", None, QueueCount)]
-
-
-@dataclass(frozen=True)
-class QueueAge:
-    queue: str
-    seconds: float
 
 
 def oldest_waiting(conn: Conn) -> dict[str, float]:
     return {r.queue: float(r.seconds) for r in _many(conn, "oldest_waiting", None, QueueAge)}
 
 
-@dataclass(frozen=True)
-class QueueName:
-    name: str
-
-
 def paused_queues(conn: Conn) -> set[str]:
     return {r.name for r in _many(conn, "paused_queues", None, QueueName)}
-
-
-@dataclass(frozen=True)
-class QueueTally:
-    queue: str
-    count: int
 
 
 def finished_last_minute(conn: Conn) -> dict[str, int]:
@@ -506,26 +443,8 @@ def finished_last_minute(conn: Conn) -> dict[str, int]:
             for r in _many(conn, "finished_last_minute", None, QueueTally)}
 
 
-@dataclass(frozen=True)
-class ProcessRow:
-    id: str
-    host: str
-    pid: int
-    kind: str
-    queue: str | None
-    supervisor: str | None
-    heartbeat_age: float
-
-
 def processes(conn: Conn) -> list[dict[str, Any]]:
     return [_as_dict(row) for row in _many(conn, "processes", None, ProcessRow)]
-
-
-@dataclass(frozen=True)
-class HeartbeatAge:
-    host: str
-    kind: str
-    seconds: float
 
 
 def heartbeat_ages(conn: Conn) -> list[HeartbeatAge]:
@@ -537,21 +456,10 @@ def db_now(conn: Conn) -> datetime:
     return now
 
 
-@dataclass(frozen=True)
-class ScheduleFire:
-    name: str
-    fire_time: datetime | None
-
-
 def schedule_last_runs(conn: Conn, names: Sequence[str]) -> dict[str, datetime | None]:
     """The latest recorded fire time per schedule, None for one that never fired."""
     rows = _many(conn, "schedule_last_runs", {"names": list(names)}, ScheduleFire)
     return {row.name: row.fire_time for row in rows}
-
-
-@dataclass(frozen=True)
-class FireTime:
-    fire_time: datetime
 
 
 def insert_schedule_run(conn: Conn, *, schedule: str, fire_time: datetime) -> bool:
@@ -559,11 +467,6 @@ def insert_schedule_run(conn: Conn, *, schedule: str, fire_time: datetime) -> bo
     row = _maybe(conn, "schedule_run_insert", {"schedule": schedule, "fire_time": fire_time},
                  FireTime)
     return row is not None
-
-
-@dataclass(frozen=True)
-class ScheduleJob:
-    job_id: int
 
 
 def enqueue_schedule_run(
@@ -579,21 +482,6 @@ def enqueue_schedule_run(
     return row.job_id
 
 
-@dataclass(frozen=True)
-class ScheduleLastRun:
-    fire_time: datetime | None
-    job_id: int | None
-    state: str | None
-
-
-@dataclass(frozen=True)
-class ScheduleRunJob:
-    name: str
-    fire_time: datetime | None
-    job_id: int | None
-    state: str | None
-
-
 def schedule_last_run_jobs(conn: Conn, names: Sequence[str]) -> dict[str, ScheduleLastRun]:
     rows = _many(conn, "schedule_last_run_jobs", {"names": list(names)}, ScheduleRunJob)
     return {row.name: ScheduleLastRun(fire_time=row.fire_time, job_id=row.job_id,
@@ -602,13 +490,6 @@ def schedule_last_run_jobs(conn: Conn, names: Sequence[str]) -> dict[str, Schedu
 
 def max_job_id(conn: Conn) -> int:
     return int(_scalar(conn, "max_job_id"))
-
-
-@dataclass(frozen=True)
-class NewJobs:
-    queue: str
-    count: int
-    max_id: int
 
 
 def jobs_created_since(conn: Conn, after: int) -> tuple[dict[str, int], int]:

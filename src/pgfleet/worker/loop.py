@@ -342,64 +342,69 @@ class Worker(ChildProcess):
     # ---- stopping ------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
-        """Stop the job threads, then release only what is known stopped: outcomes are
-        committed, interrupted jobs given back. A job whose thread may still run stays
-        leased; it is returned once this process is gone (supervisor's rescue after
-        waitpid, or the lease expiry)."""
-        if self.listener is not None:
-            self.listener.stop()
-        if self.abandoned:
-            log.info("worker %s stopped without the database", self.s.worker_id)
-            self._drop_connection()
-            return
-        stopped = self._stop_jobs()
-        try:
-            if self.conn is None or self.conn.closed:
-                self._connect()
-            assert self.conn is not None
-            self._flush()
-            if stopped:
-                ids = store.give_back(self.conn, worker=self.s.worker_id, ids=sorted(stopped))
-                for job_id in stopped:
-                    self.executor.release(job_id)
-                if ids:
-                    log.info("gave back %d unfinished job(s): %s", len(ids), ids)
-            if self.running:
-                log.warning("left %d job(s) leased, their threads still running: %s; they "
-                            "are returned once this process is gone", len(self.running),
-                            sorted(self.running))
-            else:
-                store.unregister_process(self.conn, self.s.worker_id)
-        except (psycopg.Error, DatabaseUnavailable) as exc:
-            log.warning("could not record the shutdown: %s", scrub(str(exc), self.s.dsn))
-        finally:
-            self._drop_connection()
-        self.executor.stop()
-        self.events.stopped.set()
-        log.info("worker %s stopped", self.s.worker_id)
+        _shut_down(self)
 
-    def _stop_jobs(self) -> set[int]:
-        """Withdraw the jobs no thread has started, interrupt the running ones and wait
-        for their threads to leave them: up to kill_grace, and never past most of the
-        lease. Returns the ids known stopped without an outcome worth recording (to give
-        back); the other outcomes stay pending for the flush."""
-        stopped = self.executor.withdraw_waiting()
-        for job_id, running in self.running.items():
-            if job_id not in stopped and job_id not in self.stuck:
-                self.executor.interrupt(running, WorkerStopping)
-        now = time.monotonic()
-        deadline = min(now + self.s.kill_grace,
-                       self.leases.renewed + self.s.lease * LEASE_SAFETY)
-        while True:
-            self.completer.collect()
-            ended = {o.running.job.id for o in self.completer.pending}
-            waiting = set(self.running) - ended - stopped - self.stuck
-            if not waiting or time.monotonic() >= deadline:
-                break
-            self.beat()
-            self.wakeup.wait(min(BEAT_EVERY, max(0.0, deadline - time.monotonic())))
-        # A withdrawn job's LeaseLost outcome is no failure; an interrupted one is given back.
-        stopped |= {o.running.job.id for o in self.completer.pending if o.stopped}
-        self.completer.pending = [o for o in self.completer.pending
-                                  if o.running.job.id not in stopped]
-        return stopped
+
+def _shut_down(worker: Worker) -> None:
+    """Stop the job threads, then release only what is known stopped: outcomes are
+    committed, interrupted jobs given back. A job whose thread may still run stays
+    leased; it is returned once this process is gone (supervisor's rescue after
+    waitpid, or the lease expiry)."""
+    if worker.listener is not None:
+        worker.listener.stop()
+    if worker.abandoned:
+        log.info("worker %s stopped without the database", worker.s.worker_id)
+        worker._drop_connection()
+        return
+    stopped = _stop_jobs(worker)
+    try:
+        if worker.conn is None or worker.conn.closed:
+            worker._connect()
+        assert worker.conn is not None
+        worker._flush()
+        if stopped:
+            ids = store.give_back(worker.conn, worker=worker.s.worker_id, ids=sorted(stopped))
+            for job_id in stopped:
+                worker.executor.release(job_id)
+            if ids:
+                log.info("gave back %d unfinished job(s): %s", len(ids), ids)
+        if worker.running:
+            log.warning("left %d job(s) leased, their threads still running: %s; they "
+                        "are returned once this process is gone", len(worker.running),
+                        sorted(worker.running))
+        else:
+            store.unregister_process(worker.conn, worker.s.worker_id)
+    except (psycopg.Error, DatabaseUnavailable) as exc:
+        log.warning("could not record the shutdown: %s", scrub(str(exc), worker.s.dsn))
+    finally:
+        worker._drop_connection()
+    worker.executor.stop()
+    worker.events.stopped.set()
+    log.info("worker %s stopped", worker.s.worker_id)
+
+
+def _stop_jobs(worker: Worker) -> set[int]:
+    """Withdraw the jobs no thread has started, interrupt the running ones and wait
+    for their threads to leave them: up to kill_grace, and never past most of the
+    lease. Returns the ids known stopped without an outcome worth recording (to give
+    back); the other outcomes stay pending for the flush."""
+    stopped = worker.executor.withdraw_waiting()
+    for job_id, running in worker.running.items():
+        if job_id not in stopped and job_id not in worker.stuck:
+            worker.executor.interrupt(running, WorkerStopping)
+    now = time.monotonic()
+    deadline = min(now + worker.s.kill_grace,
+                   worker.leases.renewed + worker.s.lease * LEASE_SAFETY)
+    while True:
+        worker.completer.collect()
+        ended = {o.running.job.id for o in worker.completer.pending}
+        waiting = set(worker.running) - ended - stopped - worker.stuck
+        if not waiting or time.monotonic() >= deadline:
+            break
+        worker.beat()
+        worker.wakeup.wait(min(BEAT_EVERY, max(0.0, deadline - time.monotonic())))
+    # A withdrawn job's LeaseLost outcome is no failure; an interrupted one is given back.
+    stopped |= {o.running.job.id for o in worker.completer.pending if o.stopped}
+    worker.completer.pending = [o for o in worker.completer.pending
+                              if o.running.job.id not in stopped]
+    return stopped

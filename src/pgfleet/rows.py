@@ -1,0 +1,223 @@
+"""The row types of sql/queries.sql: one frozen dataclass per shape of result, filled by
+column name (psycopg's class_row), so a reordered SELECT cannot swap two fields.
+tests/unit/test_queries.py checks each against the columns the server reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class KeyedJob:
+    id: int
+    task: str
+    unique_key: str | None
+
+
+
+@dataclass(frozen=True)
+class KeyHolder:
+    task: str
+    unique_key: str
+    id: int
+
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    task: str
+    args: str | None  # JSON text, None when over the limit (never loaded); see args_size
+    attempt: int
+    max_attempts: int
+    args_size: int
+    wait_seconds: float
+
+
+
+@dataclass(frozen=True)
+class JobId:
+    id: int
+
+
+
+@dataclass(frozen=True)
+class Failure:
+    id: int
+    attempt: int
+    error: str
+    delay: float
+    final: bool
+
+
+
+@dataclass(frozen=True)
+class JobState:
+    id: int
+    state: str
+    run_at: datetime  # when a retried job runs next
+
+
+
+@dataclass(frozen=True)
+class RescuedJob:
+    id: int
+    queue: str
+    task: str
+    state: str
+
+
+
+@dataclass(frozen=True)
+class HeldJob:
+    id: int
+    queue: str
+    attempt: int
+
+
+
+@dataclass(frozen=True)
+class JobQueue:
+    id: int
+    queue: str
+
+
+
+@dataclass(frozen=True)
+class HeldKey:
+    id: int
+    task: str
+    unique_key: str
+    holder: int
+
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    queue: str
+    task: str
+    args: Any
+    state: str
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    lease_holder: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    errors: Any
+    unique_key: str | None
+
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    id: int
+    queue: str
+    task: str
+    state: str
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    created_at: datetime
+    finished_at: datetime | None
+    last_error: str | None
+
+
+
+@dataclass(frozen=True)
+class QueueCount:
+    queue: str
+    state: str
+    count: int
+
+
+
+@dataclass(frozen=True)
+class QueueAge:
+    queue: str
+    seconds: float
+
+
+
+@dataclass(frozen=True)
+class QueueName:
+    name: str
+
+
+
+@dataclass(frozen=True)
+class QueueTally:
+    queue: str
+    count: int
+
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    id: str
+    host: str
+    pid: int
+    kind: str
+    queue: str | None
+    supervisor: str | None
+    heartbeat_age: float
+
+
+
+@dataclass(frozen=True)
+class HeartbeatAge:
+    host: str
+    kind: str
+    seconds: float
+
+
+
+@dataclass(frozen=True)
+class ScheduleFire:
+    name: str
+    fire_time: datetime | None
+
+
+
+@dataclass(frozen=True)
+class FireTime:
+    fire_time: datetime
+
+
+
+@dataclass(frozen=True)
+class ScheduleJob:
+    job_id: int
+
+
+
+@dataclass(frozen=True)
+class ScheduleLastRun:
+    fire_time: datetime | None
+    job_id: int | None
+    state: str | None
+
+
+
+@dataclass(frozen=True)
+class ScheduleRunJob:
+    name: str
+    fire_time: datetime | None
+    job_id: int | None
+    state: str | None
+
+
+
+@dataclass(frozen=True)
+class NewJobs:
+    queue: str
+    count: int
+    max_id: int
