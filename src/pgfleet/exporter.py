@@ -105,7 +105,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         # The head was read by the HeadReader; what is left of the request's deadline
         # bounds writing the answer.
-        arrived: Arrived = self.request  # type: ignore[assignment]
+        arrived: Arrived = self.request
         self.connection = arrived.conn
         self.connection.settimeout(max(0.05, arrived.deadline - time.monotonic()))
         self.rfile = io.BytesIO(arrived.head)
