@@ -199,9 +199,18 @@ def load_or_exit(path: str, check_modules: bool = True) -> Config:
             click.echo(scrub(line, None), err=True)
         sys.exit(EXIT_USAGE)
     if check_modules:
-        sys.path.insert(0, os.getcwd())
+        working_directory_last()
         report(missing_modules(config), [])
     return config
+
+
+def working_directory_last() -> None:
+    """Task modules may live in the working directory, but a file there must not shadow
+    an installed or standard module (a planted `json.py` would run as us): it goes last
+    on sys.path, also when `python -m` put it first."""
+    here = os.getcwd()
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", here)]
+    sys.path.append(here)
 
 
 def report(problems: list[str], warnings: list[str]) -> None:
