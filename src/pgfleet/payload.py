@@ -140,7 +140,8 @@ def args_json(args: Any, limit: int = MAX_ARGS_BYTES) -> str:
     return text
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0 and C1 controls and DEL: names are printed by the CLI and the web UI.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def name(field: str, value: Any) -> str:

@@ -4,12 +4,17 @@ metric labels, control characters in names."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import psycopg
+import pytest
 from prometheus_client import REGISTRY
+from psycopg.types.json import Jsonb
 
-from pgfleet import metrics
+import pgfleet
+from pgfleet import PayloadError, metrics
 from pgfleet.worker.loop import NOTIFY_GAP
 from tests.integration.test_maintenance import maintenance
 from tests.support.workers import scalar, states, wait_for, worker_thread
@@ -50,3 +55,44 @@ def test_six_hundred_chosen_task_names_on_the_rescue_path_stay_bounded(dsn: str)
     assert states(dsn) == {"queued": 600}
     assert len(labels) <= metrics.TASK_LABEL_LIMIT + 1
     assert metrics.UNKNOWN_TASK_LABEL in labels
+
+
+HOSTILE_QUEUE = "q\x1b]0;pwned\x07"
+HOSTILE_TASK = "t\x1b[2J\u202eevil\x9b"
+
+
+def cli_out(dsn: str, *argv: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "pgfleet", *argv], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PGFLEET_DATABASE_URL": dsn})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_control_characters_from_the_database_are_escaped_in_cli_output(dsn: str) -> None:
+    # Written past the Python checks, as any role with INSERT (or an older pgfleet) could.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, args, state, last_error, errors, attempt)"
+            " VALUES (%s, %s, %s, 'dead', %s, %s, 1) RETURNING id",
+            (HOSTILE_QUEUE, HOSTILE_TASK, Jsonb({"k": "\x1b[1mbold"}), "boom\x1b[31m\nline2",
+             Jsonb([{"attempt": 1, "error": "boom\x1b[31m\nline2", "at": "2026-01-01"}])),
+        ).fetchone()
+    assert row is not None
+    outputs = {argv: cli_out(dsn, *argv)
+               for argv in (("status",), ("jobs", "list"), ("jobs", "show", str(row[0])))}
+    for argv, text in outputs.items():
+        assert not any(c in text for c in "\x1b\x07\x9b\u202e"), (argv, text)
+        assert "\\x1b" in text, (argv, text)
+    assert "q\\x1b]0;pwned" in outputs[("jobs", "list")]
+    assert "t\\x1b[2J\\u202eevil\\x9b" in outputs[("jobs", "show", str(row[0]))]
+    # A name cannot forge a line of its own.
+    assert "line2" not in outputs[("jobs", "show", str(row[0]))].splitlines()
+
+
+def test_enqueue_refuses_control_characters_in_names(dsn: str) -> None:
+    for field, value in (("queue", HOSTILE_QUEUE), ("task", "t\x9b2J"), ("queue", "q\nx")):
+        kwargs = {"queue": value} if field == "queue" else {}
+        task = value if field == "task" else "noop"
+        with pytest.raises(PayloadError, match=f"^{field}: must not contain control"):
+            pgfleet.enqueue(dsn, task, **kwargs)
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0

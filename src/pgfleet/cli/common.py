@@ -18,6 +18,7 @@ from pgfleet import store
 from pgfleet.cli.devstate import default_root as dev_root
 from pgfleet.cli.devstate import read as read_state
 from pgfleet.cli.preflight import missing_modules
+from pgfleet.cli.terminal_text import shown
 from pgfleet.config import Config, ConfigError, load_config
 from pgfleet.db import connect, redact_dsn, resolve_dsn, scrub
 from pgfleet.errors import PgfleetError
@@ -233,8 +234,10 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
 
 
-def emit(data: Any, as_json: bool, text: Callable[[], None]) -> None:
+def emit(data: Any, as_json: bool, text: Callable[[Any], None]) -> None:
+    """Print `data` as JSON (which escapes control characters), or through `text` with
+    every string in it escaped for the terminal."""
     if as_json:
         click.echo(json.dumps(data, default=str, indent=2))
     else:
-        text()
+        text(shown(data))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from pgfleet import store
@@ -34,7 +36,7 @@ def jobs_list(queue: str | None, state: str | None, limit: int, as_json: bool) -
     with database() as conn:
         rows = store.list_jobs(conn, queue=queue, state=state, limit=limit)
 
-    def table() -> None:
+    def table(rows: list[dict[str, Any]]) -> None:
         click.echo(f"{'ID':>10}  {'QUEUE':<14} {'STATE':<10} {'ATTEMPT':>7}  TASK")
         for r in rows:
             click.echo(f"{r['id']:>10}  {r['queue'][:14]:<14} {r['state']:<10} "
@@ -55,12 +57,13 @@ def jobs_show(job_id: int, as_json: bool) -> None:
     if job is None:
         fail(f"no job with id {job_id}")
 
-    def text() -> None:
+    def text(job: dict[str, Any]) -> None:
         for key, value in job.items():
             if key == "errors":
                 for entry in value:
-                    click.echo(f"error (attempt {entry['attempt']}): "
-                               f"{entry['error'].splitlines()[0] if entry['error'] else ''}")
+                    # Escaped already: a line break reads `\n`, and the first line is shown.
+                    first = entry["error"].split("\\n", 1)[0] if entry["error"] else ""
+                    click.echo(f"error (attempt {entry['attempt']}): {first}")
             else:
                 click.echo(f"{key}: {value}")
 
