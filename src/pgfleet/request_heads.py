@@ -72,7 +72,8 @@ class HeadReader:
         self.closing = True
         with contextlib.suppress(OSError):
             self.waker.send(b"\0")
-        self.thread.join(5)
+        if self.thread.ident is not None:  # started (a failed bind closes it unstarted)
+            self.thread.join(5)
         for pending in list(self.pending.values()):
             self._drop(pending)
         self.selector.close()
