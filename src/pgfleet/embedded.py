@@ -39,6 +39,7 @@ from pathlib import Path
 import psycopg
 
 from pgfleet.errors import PgfleetError
+from pgfleet.private_dirs import RefusedDirectory, private_dir
 
 ENV_DIR = "PGFLEET_EMBEDDED_DIR"
 ENV_USER = "PGFLEET_EMBEDDED_USER"
@@ -244,28 +245,10 @@ def _prepare_root(root: Path, user: pwd.struct_passwd | None) -> None:
 
 def _private_dir(path: Path, *, owner: tuple[int, int], mode: int | None,
                  allowed: set[int]) -> None:
-    """Create `path` or accept an existing one that is a real directory (not a symbolic
-    link) owned by a uid in `allowed`; then give it `owner` and `mode` through a
-    descriptor opened without following links, so nothing planted there is touched."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        kind = "a symbolic link" if path.is_symlink() else "not a directory"
-        raise EmbeddedError(f"refusing {path}: it is {kind}; remove it or set {ENV_DIR} "
-                            "to another folder") from None
-    try:
-        info = os.fstat(fd)
-        if info.st_uid not in allowed:
-            raise EmbeddedError(f"refusing {path}: it belongs to uid {info.st_uid}, not to "
-                                f"this account; remove it or set {ENV_DIR} to another folder")
-        if (info.st_uid, info.st_gid) != owner:
-            os.fchown(fd, *owner)
-        if mode is not None:
-            os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
+        private_dir(path, owner=owner, mode=mode, allowed=allowed)
+    except RefusedDirectory as exc:
+        raise EmbeddedError(f"{exc}; remove it or set {ENV_DIR} to another folder") from None
 
 
 def _write_private(path: Path, text: str) -> None:

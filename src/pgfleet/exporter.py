@@ -8,12 +8,14 @@ supervisor like any other: it beats its beacon and exits when the supervisor goe
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 import os
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +29,17 @@ from pgfleet.config import Config, parse_listen
 from pgfleet.database_metrics import DatabaseCollector
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
+from pgfleet.request_heads import Arrived, HeadReader
 from pgfleet.supervisor.beacon import Beacon
 
 log = logging.getLogger("pgfleet.exporter")
 
-# A client that stops sending or reading holds a handler thread at most this long.
-SOCKET_TIMEOUT = 10.0
-# Handler threads at once; further connections wait in the listen backlog.
+# From accepting a connection to the last byte of its answer, whatever the client does.
+REQUEST_DEADLINE = 5.0
+HEAD_LIMIT = 16384
+# Connections still sending their head; past this the oldest is closed.
+MAX_PENDING = 512
+# Threads answering complete requests.
 MAX_HANDLERS = 32
 READY_CACHE_SECONDS = 1.0
 SCRAPE_TRIES = 4
@@ -44,16 +50,21 @@ class ScrapeError(Exception):
     """The multiprocess files could not be merged; the message names the bad files."""
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(HTTPServer):
+    """Accepts on the serving thread, reads request heads on one thread (request_heads)
+    and answers complete requests on a pool of MAX_HANDLERS threads."""
+
     request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], exporter: Exporter, ipv6: bool) -> None:
         self.address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
         self.exporter = exporter
-        self.slots = threading.BoundedSemaphore(MAX_HANDLERS)
         self.closing = False
+        self.pool = ThreadPoolExecutor(MAX_HANDLERS, thread_name_prefix="exporter-http")
+        self.heads = HeadReader(self._dispatch, deadline=REQUEST_DEADLINE,
+                                head_limit=HEAD_LIMIT, max_pending=MAX_PENDING)
         super().__init__(address, _Handler)
+        self.heads.start()
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind does a reverse DNS lookup of the address: skip it, a
@@ -65,21 +76,26 @@ class _Server(ThreadingHTTPServer):
         self.server_address = self.socket.getsockname()[:2]
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        while not self.slots.acquire(timeout=0.5):
-            if self.closing:
-                self.shutdown_request(request)
-                return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
+        self.heads.add(request, client_address)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _dispatch(self, arrived: Arrived) -> None:
+        self.pool.submit(self._answer, arrived)
+
+    def _answer(self, arrived: Arrived) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(arrived, arrived.address)  # type: ignore[arg-type]
+        except Exception:
+            self.handle_error(arrived, arrived.address)
         finally:
-            self.slots.release()
+            self.shutdown_request(arrived)
+
+    def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request.conn if isinstance(request, Arrived) else request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.heads.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients hanging up or timing out are routine; do not print a traceback each time.
@@ -88,8 +104,16 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
-    timeout = SOCKET_TIMEOUT
     protocol_version = "HTTP/1.0"
+
+    def setup(self) -> None:
+        # The head was read by the HeadReader; what is left of the request's deadline
+        # bounds writing the answer.
+        arrived: Arrived = self.request
+        self.connection = arrived.conn
+        self.connection.settimeout(max(0.05, arrived.deadline - time.monotonic()))
+        self.rfile = io.BytesIO(arrived.head)
+        self.wfile = self.connection.makefile("wb")
 
     def version_string(self) -> str:
         return f"pgfleet/{__version__}"
@@ -156,6 +180,7 @@ class Exporter(ChildProcess):
         # The database gauges, read at scrape time (database_metrics.py).
         self.database_registry = CollectorRegistry()
         self.database_registry.register(DatabaseCollector(dsn, config.queues))
+        self._logged_failure = ""
 
     # ---- the process ---------------------------------------------------------------
 
@@ -267,8 +292,19 @@ class Exporter(ChildProcess):
             now = time.monotonic()
             if now - self._ready_at >= READY_CACHE_SECONDS:
                 self._ready = self._check_database()
+                if self._ready[0]:
+                    self._logged_failure = ""
                 self._ready_at = time.monotonic()
             return self._ready
+
+    def _unavailable(self, detail: str) -> tuple[bool, str]:
+        """Anyone who reaches the port may ask /readyz: the answer names no user, host,
+        port or database; the log does, once per distinct failure."""
+        detail = scrub(detail, self.dsn)
+        if detail != self._logged_failure:
+            self._logged_failure = detail
+            log.warning("/readyz: database unavailable: %s", detail)
+        return False, "database unavailable"
 
     def _check_database(self) -> tuple[bool, str]:
         latest = migrations.latest_version()
@@ -280,11 +316,10 @@ class Exporter(ChildProcess):
                 version = migrations.current_version(conn)
                 conn.rollback()
         except DatabaseUnavailable as exc:
-            return False, f"database unavailable: {exc}"
+            return self._unavailable(str(exc))
         except psycopg.Error as exc:
             text = str(exc).strip()
-            first = text.splitlines()[0] if text else type(exc).__name__
-            return False, f"database unavailable: {scrub(first, self.dsn)}"
+            return self._unavailable(text.splitlines()[0] if text else type(exc).__name__)
         if version == 0:
             return False, "the pgfleet schema is not installed: run `pgfleet migrate`"
         if version < latest:

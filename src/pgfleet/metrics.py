@@ -134,12 +134,22 @@ def queue_label(name: str) -> str:
     return name
 
 
-_TASK_LABEL_LIMIT = 120
+# Task names on the rescue path come from the database, where the maintenance process
+# cannot tell registered from chosen ones (it does not import task code): like queue names
+# they are bounded, past this many distinct names one label takes the rest.
+TASK_LABEL_LIMIT = 100
+_task_labels: set[str] = set()
 
 
 def task_label(name: str) -> str:
     """A task name read back from the database, bounded for use as a label."""
-    return name if 0 < len(name) <= _TASK_LABEL_LIMIT else UNKNOWN_TASK_LABEL
+    if name in _task_labels:
+        return name
+    if (len(_task_labels) >= TASK_LABEL_LIMIT or not 0 < len(name) <= 120
+            or not name.isprintable()):
+        return UNKNOWN_TASK_LABEL
+    _task_labels.add(name)
+    return name
 
 
 schedule_runs = Counter(

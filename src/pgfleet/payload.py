@@ -176,7 +176,8 @@ def _within_depth(value: Any) -> bool:
     return True
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0 and C1 controls and DEL: names are printed by the CLI and the web UI.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def name(field: str, value: Any) -> str:

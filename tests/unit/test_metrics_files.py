@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from pgfleet import metrics_files
+from pgfleet.private_dirs import RefusedDirectory
 
 COUNT = """
 from pgfleet import metrics
@@ -72,3 +75,57 @@ def test_an_interrupted_compaction_is_finished_by_the_next(tmp_path: Path) -> No
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(tmp_path))
     assert b"pgfleet_jobs_started_total" in generate_latest(registry)
+
+
+def test_a_given_directory_is_made_private_and_emptied(tmp_path: Path) -> None:
+    fresh = tmp_path / "new" / "prom"
+    metrics_files.fresh_directory(fresh)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
+    (fresh / "counter_1.db").write_bytes(b"old")
+    (fresh / "leftover").mkdir()
+    fresh.chmod(0o755)
+    metrics_files.fresh_directory(fresh)
+    assert list(fresh.iterdir()) == [] and stat.S_IMODE(fresh.stat().st_mode) == 0o700
+
+
+def run_with_multiproc_dir(tmp_path: Path, folder: Path) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "pgfleet.yaml"
+    config.write_text("database_url: postgresql://nobody@127.0.0.1:1/none\n"
+                      "queues:\n  default: {}\n")
+    return subprocess.run([sys.executable, "-m", "pgfleet", "run", "-c", str(config)],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder)})
+
+
+def test_a_given_directory_that_is_a_link_is_refused_and_its_target_untouched(
+        tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    link = tmp_path / "prom"
+    link.symlink_to(target)
+    with pytest.raises(RefusedDirectory, match="symbolic link"):
+        metrics_files.fresh_directory(link)
+    out = run_with_multiproc_dir(tmp_path, link)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"pgfleet: error: PROMETHEUS_MULTIPROC_DIR: refusing {link}: it is a symbolic link"]
+    assert (target / "keep.txt").read_text() == "mine"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755 & ~current_umask()
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_given_directory_of_another_account_is_refused(tmp_path: Path) -> None:
+    # Giving a directory away needs root, which the suite runs as.
+    theirs = tmp_path / "prom"
+    theirs.mkdir()
+    (theirs / "counter_1.db").write_bytes(b"theirs")
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(RefusedDirectory, match="belongs to uid 65534"):
+        metrics_files.fresh_directory(theirs)
+    assert (theirs / "counter_1.db").exists() and theirs.stat().st_uid == 65534

@@ -18,6 +18,7 @@ from pgfleet import store
 from pgfleet.cli.devstate import default_root as dev_root
 from pgfleet.cli.devstate import read as read_state
 from pgfleet.cli.preflight import missing_modules
+from pgfleet.cli.terminal_text import shown
 from pgfleet.config import Config, ConfigError, load_config
 from pgfleet.db import connect, redact_dsn, resolve_dsn, scrub
 from pgfleet.errors import PgfleetError
@@ -199,9 +200,18 @@ def load_or_exit(path: str, check_modules: bool = True) -> Config:
             click.echo(scrub(line, None), err=True)
         sys.exit(EXIT_USAGE)
     if check_modules:
-        sys.path.insert(0, os.getcwd())
+        working_directory_last()
         report(missing_modules(config), [])
     return config
+
+
+def working_directory_last() -> None:
+    """Task modules may live in the working directory, but a file there must not shadow
+    an installed or standard module (a planted `json.py` would run as us): it goes last
+    on sys.path, also when `python -m` put it first."""
+    here = os.getcwd()
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", here)]
+    sys.path.append(here)
 
 
 def report(problems: list[str], warnings: list[str]) -> None:
@@ -224,8 +234,10 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
 
 
-def emit(data: Any, as_json: bool, text: Callable[[], None]) -> None:
+def emit(data: Any, as_json: bool, text: Callable[[Any], None]) -> None:
+    """Print `data` as JSON (which escapes control characters), or through `text` with
+    every string in it escaped for the terminal."""
     if as_json:
         click.echo(json.dumps(data, default=str, indent=2))
     else:
-        text()
+        text(shown(data))

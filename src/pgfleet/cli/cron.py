@@ -47,7 +47,7 @@ def cron_list(as_json: bool) -> None:
             now = store.db_now(conn)
             last_runs = store.schedule_last_run_jobs(conn, names)
     entries = [_entry(name, config, now, last_runs) for name in names]
-    emit(entries, as_json, lambda: _print_table(entries))
+    emit(entries, as_json, _print_table)
 
 
 def _entry(name: str, config: Config, now: datetime,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from pgfleet import store
@@ -34,7 +36,7 @@ def jobs_list(queue: str | None, state: str | None, limit: int, as_json: bool) -
     with database() as conn:
         rows = store.list_jobs(conn, queue=queue, state=state, limit=limit)
 
-    def table() -> None:
+    def table(rows: list[dict[str, Any]]) -> None:
         click.echo(f"{'ID':>10}  {'QUEUE':<14} {'STATE':<10} {'ATTEMPT':>7}  TASK")
         for r in rows:
             click.echo(f"{r['id']:>10}  {r['queue'][:14]:<14} {r['state']:<10} "
@@ -55,7 +57,7 @@ def jobs_show(job_id: int, as_json: bool) -> None:
     if job is None:
         fail(f"no job with id {job_id}")
 
-    def text() -> None:
+    def text(job: dict[str, Any]) -> None:
         for key, value in job.items():
             if key == "errors" and isinstance(value, list):
                 for entry in value:
@@ -79,7 +81,8 @@ def shortened(text: str) -> str:
 def error_line(entry: object) -> str:
     """One recorded failure; an entry not shaped like pgfleet's own is printed as is."""
     if isinstance(entry, dict) and isinstance(entry.get("error"), str):
-        first = entry["error"].splitlines()[0] if entry["error"] else ""
+        # The text renderer gets escaped data: a line break reads `\n` there.
+        first = entry["error"].replace("\\n", "\n").splitlines()[0] if entry["error"] else ""
         return f"error (attempt {entry.get('attempt')}): {shortened(first)}"
     return f"error: {shortened(str(entry))}"
 

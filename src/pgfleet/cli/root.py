@@ -17,6 +17,7 @@ from pgfleet.cli.jobs import jobs
 from pgfleet.cli.migrate import migrate
 from pgfleet.cli.queues import queues
 from pgfleet.cli.run import run
+from pgfleet.cli.shown_argv import hide_database_url
 from pgfleet.cli.status import status
 from pgfleet.cli.web import web
 from pgfleet.cli.worker import worker
@@ -41,6 +42,7 @@ for _command in (migrate, enqueue, worker, jobs, queues, check, config_schema, r
 
 def main() -> None:
     """Console entry point: click's usage errors become one line and exit status 2."""
+    hide_database_url(sys.argv)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -24,6 +24,7 @@ from pgfleet.cli.preflight import check_in_child, web_problems
 from pgfleet.config import Config
 from pgfleet.db import connect, is_permanent
 from pgfleet.errors import DatabaseUnavailable
+from pgfleet.private_dirs import RefusedDirectory
 
 
 @click.command()
@@ -77,8 +78,13 @@ def fresh_metrics_dir() -> str:
     previous run never leak into this one."""
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if given:
-        shutil.rmtree(given, ignore_errors=True)
-        os.makedirs(given, exist_ok=True)
+        # prometheus-client is imported only now, with the variable set.
+        from pgfleet import metrics_files
+
+        try:
+            metrics_files.fresh_directory(given)
+        except (RefusedDirectory, OSError) as exc:
+            fail(f"PROMETHEUS_MULTIPROC_DIR: {exc}", EXIT_USAGE)
         path = given
     else:
         path = tempfile.mkdtemp(prefix="pgfleet-metrics-")

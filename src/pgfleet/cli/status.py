@@ -158,4 +158,4 @@ def status(as_json: bool) -> None:
     """Queues (waiting, scheduled, running, dead, oldest wait) and every host's processes."""
     with database() as conn:
         data = gather(conn)
-    emit(data, as_json, lambda: click.echo(render(data), nl=False))
+    emit(data, as_json, lambda escaped: click.echo(render(escaped), nl=False))

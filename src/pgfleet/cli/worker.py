@@ -9,7 +9,15 @@ import click
 from pydantic import ValidationError
 from setproctitle import setproctitle
 
-from pgfleet.cli.common import EXIT_USAGE, chosen_dsn, fail, first_line, friendly, global_options
+from pgfleet.cli.common import (
+    EXIT_USAGE,
+    chosen_dsn,
+    fail,
+    first_line,
+    friendly,
+    global_options,
+    working_directory_last,
+)
 from pgfleet.config import Config, QueueConfig
 
 
@@ -37,7 +45,7 @@ def worker(queue_name: str, modules: tuple[str, ...], threads: int | None,
     from pgfleet.worker import Worker
     from pgfleet.worker.settings import build_settings
 
-    sys.path.insert(0, "")
+    working_directory_last()
     for module in modules:
         try:
             load_registry([module])

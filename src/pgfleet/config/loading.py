@@ -8,7 +8,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pgfleet.config.messages import ConfigError, format_problem, validation_problems
+from pgfleet.config.messages import (
+    ConfigError,
+    format_problem,
+    validation_problems,
+    without_values,
+)
 from pgfleet.config.models import Config
 from pgfleet.config.yaml_source import read_document, read_file
 
@@ -32,7 +37,10 @@ def parse_config_text(
         problems.extend(validation_problems(exc, Config, document.lines, explained))
     if problems:
         problems.sort(key=lambda problem: problem[0])
-        raise ConfigError([format_problem(filename, *problem) for problem in problems])
+        raise ConfigError([
+            format_problem(filename, line, path, without_values(message, document.interpolated))
+            for line, path, message in problems
+        ])
     assert config is not None
     config._source = filename
     config._lines = document.lines

@@ -175,6 +175,30 @@ def dotted(path: KeyPath) -> str:
     return text
 
 
+# Shorter values are replaced only where a message quotes them, so that `1` from ${N}
+# does not turn "at least 1" into "at least ${N}"; longer ones wherever they appear.
+_ANYWHERE_FROM = 6
+_QUOTES = "`'\""
+
+
+def without_values(message: str, interpolated: Mapping[str, str]) -> str:
+    """`message` with every value taken from the environment shown as `${NAME}`: a value
+    may be a password, and problems reach terminals and the supervisor's log."""
+    for name, value in sorted(interpolated.items(), key=lambda item: -len(item[1])):
+        shown = f"${{{name}}}"
+        # repr() is how a validator quoting the value with !r shows it.
+        for form in dict.fromkeys((value, repr(value)[1:-1])):
+            if not form.strip():
+                continue
+            if len(form) >= _ANYWHERE_FROM:
+                message = message.replace(form, shown)
+            else:
+                for quote in _QUOTES:
+                    message = message.replace(f"{quote}{form}{quote}",
+                                              f"{quote}{shown}{quote}")
+    return message
+
+
 def format_problem(filename: str, line: int, path: KeyPath, message: str) -> str:
     """`FILE:LINE: key.path: message`, the one line a problem is shown as."""
     if not path:

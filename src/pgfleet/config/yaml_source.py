@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ class Document:
     data: Any
     lines: dict[KeyPath, int]
     problems: list[Problem]
+    # Values taken from the environment, by variable name: never shown in a problem.
+    interpolated: dict[str, str] = field(default_factory=dict)
 
 
 def read_file(path: str | Path) -> str:
@@ -88,7 +90,8 @@ def read_document(text: str, filename: str, environ: Mapping[str, str]) -> Docum
         raise ConfigError([f"{filename}:{exc.line}: {exc}"]) from None
     except yaml.MarkedYAMLError as exc:  # e.g. a `<<` merge of something not a mapping
         raise ConfigError([_yaml_problem(filename, exc)]) from None
-    return Document(data, dict(builder.lines), list(builder.problems))
+    return Document(data, dict(builder.lines), list(builder.problems),
+                    dict(builder.interpolated))
 
 
 def _too_big(filename: str) -> str:
@@ -170,6 +173,7 @@ class _Builder:
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.environ = environ
+        self.interpolated: dict[str, str] = {}
         self.lines: dict[KeyPath, int] = {}
         self.problems: list[Problem] = []
         self.values = 0
@@ -277,6 +281,7 @@ class _Builder:
                     line, path, f"environment variable `{name}` is not set and has no default"
                 )
                 return ""
+            self.interpolated[name] = value
             return value
 
         # re.sub never rescans replaced text, so a value holding ${OTHER} stays literal.

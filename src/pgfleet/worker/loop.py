@@ -37,6 +37,9 @@ from pgfleet.worker.executor import Executor, Running, WorkerStopping
 from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
 from pgfleet.worker.settings import WorkerSettings
 
+# The shortest time between two claims that notifications ask for.
+NOTIFY_GAP = 0.05
+
 log = logging.getLogger("pgfleet.worker")
 
 
@@ -82,6 +85,10 @@ class Worker(ChildProcess):
         self.listener: Listener | None = None
         self.claim_due = True
         self.next_poll = 0.0
+        # A notification asks for a claim, but no sooner than NOTIFY_GAP after the last:
+        # any role may NOTIFY the channel, and a flood must not become a flood of claims.
+        self.notified = False
+        self.next_notified_claim = 0.0
         self.recycle_reason: str | None = None
         self.exit_code = EXIT_OK
         self.job_limit = jittered_limit(settings.max_jobs)
@@ -162,6 +169,8 @@ class Worker(ChildProcess):
     def _wait_time(self) -> float:
         # Wake at least every BEAT_EVERY to beat, notice a dead parent, enforce timeouts.
         horizon = min(self.next_poll, self.leases.next_renewal)
+        if self.notified:
+            horizon = min(horizon, self.next_notified_claim)
         if self.conn is None:
             horizon = self.reconnect.not_before
         return max(0.0, min(horizon - time.monotonic(), BEAT_EVERY))
@@ -233,7 +242,11 @@ class Worker(ChildProcess):
     def _should_claim(self, now: float) -> bool:
         if self.stop_mode or self.recycle_reason or self._free_slots() <= 0:
             return False
-        return self.claim_due or now >= self.next_poll
+        return self._claim_wanted(now)
+
+    def _claim_wanted(self, now: float) -> bool:
+        return (self.claim_due or now >= self.next_poll
+                or (self.notified and now >= self.next_notified_claim))
 
     def _free_slots(self) -> int:
         return self.s.threads + self.s.prefetch - len(self.running)
@@ -241,6 +254,7 @@ class Worker(ChildProcess):
     def _claim(self) -> None:
         assert self.conn is not None
         limit = self._free_slots()
+        self.notified = False  # before the claim: one arriving during it asks for another
         jobs = store.claim(self.conn, queue=self.s.queue, limit=limit,
                            worker=self.s.worker_id, lease=self.s.lease,
                            args_limit=self.s.args_limit)
@@ -258,10 +272,12 @@ class Worker(ChildProcess):
         done = self.completer.jobs_done
         claim = (
             limit > 0 and self.stop_mode is None and not self.recycle_reason
-            and (self.claim_due or time.monotonic() >= self.next_poll)
+            and self._claim_wanted(time.monotonic())
             and not self.completer.any_timed_out()
             and (self.job_limit is None or done + pending < self.job_limit)
         )
+        if claim:
+            self.notified = False
         flushed = self.completer.flush(self.conn, claim_limit=limit if claim else 0,
                                        lease=self.s.lease)
         self.events.completed += flushed.committed
@@ -276,7 +292,9 @@ class Worker(ChildProcess):
         """Give claimed jobs to the executor threads."""
         # A full batch suggests more are waiting: claim again as soon as a slot frees.
         self.claim_due = len(jobs) == limit
-        self.next_poll = time.monotonic() + self.s.poll_interval
+        now = time.monotonic()
+        self.next_poll = now + self.s.poll_interval
+        self.next_notified_claim = now + NOTIFY_GAP
         self.events.polls += 1
         started: Counter[str] = Counter()
         for job in jobs:
@@ -323,8 +341,8 @@ class Worker(ChildProcess):
     # ---- wake-ups and the process title --------------------------------------------------
 
     def _on_notify(self, queue: str) -> None:
-        if queue in (self.s.queue, WAKE_ALL):
-            self.claim_due = True
+        if queue in (self.s.queue, WAKE_ALL) and not self.notified:
+            self.notified = True
             self.wakeup.poke()
 
     def _show_status(self) -> None:

@@ -1,0 +1,98 @@
+"""Input anyone with a database role can choose: NOTIFY floods, task names that become
+metric labels, control characters in names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+from prometheus_client import REGISTRY
+from psycopg.types.json import Jsonb
+
+import pgfleet
+from pgfleet import PayloadError, metrics
+from pgfleet.worker.loop import NOTIFY_GAP
+from tests.integration.test_maintenance import maintenance
+from tests.support.workers import scalar, states, wait_for, worker_thread
+
+
+def test_a_notify_flood_costs_a_bounded_number_of_claims(dsn: str) -> None:
+    # A minute between polls: every claim here is one a notification asked for.
+    with worker_thread(dsn, poll_interval=60.0) as worker:
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pgfleet.processes") == 1)
+        wait_for(lambda: worker.listener is not None and worker.listener.conn is not None)
+        wait_for(lambda: worker.events.polls >= 1 and not worker.notified)
+        before = worker.events.polls
+        started = time.monotonic()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for _ in range(3000):  # separate transactions: PostgreSQL folds repeats in one
+                conn.execute("NOTIFY pgfleet_jobs, 'default'")
+        wait_for(lambda: not worker.notified)
+        claims = worker.events.polls - before
+        elapsed = time.monotonic() - started
+    # At most one claim per NOTIFY_GAP while the flood lasted, plus the one it ends with.
+    assert 1 <= claims <= elapsed / NOTIFY_GAP + 2, (claims, elapsed)
+
+
+def test_six_hundred_chosen_task_names_on_the_rescue_path_stay_bounded(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task, state, attempt, lease_holder,"
+                     " lease_expires_at) SELECT 'chosen', 'chosen-' || g, 'running', 1,"
+                     " 'host-a:77:aa', now() + interval '1h' FROM generate_series(1, 600) g")
+    m = maintenance(dsn)
+    os.write(m.write_end, b"host-a:77:aa\tworker died: SIGKILL\n")  # type: ignore[attr-defined]
+    m.read_requests(1.0)
+    try:
+        m.pass_once()
+        labels = {s.labels["task"] for family in REGISTRY.collect() for s in family.samples
+                  if s.name == "pgfleet_jobs_finished_total" and s.labels["queue"] == "chosen"}
+    finally:
+        metrics._task_labels.clear()  # this process's other tests start afresh
+    assert states(dsn) == {"queued": 600}
+    assert len(labels) <= metrics.TASK_LABEL_LIMIT + 1
+    assert metrics.UNKNOWN_TASK_LABEL in labels
+
+
+HOSTILE_QUEUE = "q\x1b]0;pwned\x07"
+HOSTILE_TASK = "t\x1b[2J\u202eevil\x9b"
+
+
+def cli_out(dsn: str, *argv: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "pgfleet", *argv], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PGFLEET_DATABASE_URL": dsn})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_control_characters_from_the_database_are_escaped_in_cli_output(dsn: str) -> None:
+    # Written past the Python checks, as any role with INSERT (or an older pgfleet) could.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, args, state, last_error, errors, attempt)"
+            " VALUES (%s, %s, %s, 'dead', %s, %s, 1) RETURNING id",
+            (HOSTILE_QUEUE, HOSTILE_TASK, Jsonb({"k": "\x1b[1mbold"}), "boom\x1b[31m\nline2",
+             Jsonb([{"attempt": 1, "error": "boom\x1b[31m\nline2", "at": "2026-01-01"}])),
+        ).fetchone()
+    assert row is not None
+    outputs = {argv: cli_out(dsn, *argv)
+               for argv in (("status",), ("jobs", "list"), ("jobs", "show", str(row[0])))}
+    for argv, text in outputs.items():
+        assert not any(c in text for c in "\x1b\x07\x9b\u202e"), (argv, text)
+        assert "\\x1b" in text, (argv, text)
+    assert "q\\x1b]0;pwned" in outputs[("jobs", "list")]
+    assert "t\\x1b[2J\\u202eevil\\x9b" in outputs[("jobs", "show", str(row[0]))]
+    # A name cannot forge a line of its own.
+    assert "line2" not in outputs[("jobs", "show", str(row[0]))].splitlines()
+
+
+def test_enqueue_refuses_control_characters_in_names(dsn: str) -> None:
+    for field, value in (("queue", HOSTILE_QUEUE), ("task", "t\x9b2J"), ("queue", "q\nx")):
+        kwargs = {"queue": value} if field == "queue" else {}
+        task = value if field == "task" else "noop"
+        with pytest.raises(PayloadError, match=f"^{field}: must not contain control"):
+            pgfleet.enqueue(dsn, task, **kwargs)
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
