@@ -222,6 +222,13 @@ def test_an_empty_token_file_is_refused(dsn: str, tmp_path: Path) -> None:
     assert result.stderr.strip() == f"pgfleet: error: --token-file {empty}: the file is empty"
 
 
+def test_a_blank_token_in_the_environment_is_refused(dsn: str) -> None:
+    # Found by an outside trial: "  " was taken as a real token on 0.0.0.0.
+    result = run_web(["--listen", "0.0.0.0:0"], env={"PGFLEET_WEB_TOKEN": "  "})
+    assert result.returncode == 2
+    assert result.stderr.strip() == "pgfleet: error: PGFLEET_WEB_TOKEN holds only white space"
+
+
 def test_a_database_without_the_schema_is_refused(empty_dsn: str) -> None:
     result = run_web(["--database-url", empty_dsn])
     assert result.returncode == 1

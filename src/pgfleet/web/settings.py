@@ -67,13 +67,21 @@ class WebSettings:
                 f"{names.listen}: port {self.port} is not between 0 and 65535")
 
 
+def _secret_env(name: str) -> str | None:
+    """A secret from the environment; one that is set but blank is refused, as an empty
+    secret file is (a token of spaces would pass any client sending spaces)."""
+    value = os.environ.get(name)
+    if value and not value.strip():
+        raise WebSettingsError(f"{name} holds only white space")
+    return value.strip() if value else None
+
+
 def build_settings(listen: str, dsn: str, read_only: bool, token_file: Path | None,
                    basic_auth_file: Path | None, labels: Labels = Labels()) -> WebSettings:
     """Settings from the options (or the config) and the environment; secrets never come
     from argv, where `ps` would show them."""
     host, port = parse_listen(listen)
-    token = (_secret_file(token_file, labels.token_file) or os.environ.get(TOKEN_ENV)
-             or None)
+    token = _secret_file(token_file, labels.token_file) or _secret_env(TOKEN_ENV)
     basic = _secret_file(basic_auth_file, labels.basic_auth_file) or os.environ.get(BASIC_ENV)
     user, password = parse_basic(basic, labels.basic_auth_file if basic_auth_file
                                  else BASIC_ENV) if basic else (None, None)
