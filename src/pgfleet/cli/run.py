@@ -83,8 +83,14 @@ def fresh_metrics_dir() -> str:
 
         try:
             metrics_files.fresh_directory(given)
-        except (RefusedDirectory, OSError) as exc:
+        except RefusedDirectory as exc:
             fail(f"PROMETHEUS_MULTIPROC_DIR: {exc}", EXIT_USAGE)
+        except OSError as exc:
+            # Ours, but not writable (read-only, full): metrics must never stop the jobs.
+            # Each process then finds it cannot write its file and turns its metrics off
+            # with one line of its own (metrics_storage.py).
+            click.echo(f"pgfleet: PROMETHEUS_MULTIPROC_DIR {given}: {exc}; metrics will "
+                       "be off", err=True)
         path = given
     else:
         path = tempfile.mkdtemp(prefix="pgfleet-metrics-")
