@@ -51,7 +51,7 @@ def test_dockerfile_structure() -> None:
     assert entry == ['["pgfleet"]']  # so `docker run IMAGE migrate` runs the migrations
     # Without tini, the supervisor must be the one that reaps orphans as PID 1.
     if not any("tini" in rest for _, rest in steps):
-        assert "waitpid(-1" in (ROOT / "src" / "pgfleet" / "supervisor.py").read_text()
+        assert "waitpid(-1" in (ROOT / "src" / "pgfleet" / "supervisor" / "arbiter.py").read_text()
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
