@@ -30,7 +30,8 @@ def test_claim_plan_uses_the_partial_index_with_millions_of_rows(dsn: str) -> No
         with conn.transaction(force_rollback=True):
             cur = conn.execute(
                 b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.q("claim"),
-                {"queue": "default", "limit": 10, "worker": "w", "lease": 60.0})
+                {"queue": "default", "limit": 10, "worker": "w", "lease": 60.0,
+                 "args_limit": 1024 * 1024})
             row = cur.fetchone()
             assert row is not None
             raw = row[0]
