@@ -94,15 +94,19 @@ def page(browser: Any) -> Iterator[Any]:
     context.close()
 
 
-def insert_job(dsn: str, **fields: Any) -> int:
+def insert_job(dsn: str, legacy: bool = False, **fields: Any) -> int:
     """A job row with exactly these columns (a hand-written row, as the fault tests do);
-    an explicit id overrides the identity, so a test can spread ids without setval."""
+    an explicit id overrides the identity, so a test can spread ids without setval.
+    `legacy`: written past the args limits' trigger, as a row stored before migration
+    0006 (or by a superuser) may be."""
     fields.setdefault("task", "noop")
     fields.setdefault("queue", "default")
     names = list(fields)
     placeholders = ", ".join(
         "%s::jsonb" if name in ("args", "errors") else "%s" for name in names)
     with psycopg.connect(dsn, autocommit=True) as conn:
+        if legacy:
+            conn.execute("SET session_replication_role = replica")
         row = conn.execute(
             f"INSERT INTO pgfleet.jobs ({', '.join(names)})"
             f"{' OVERRIDING SYSTEM VALUE' if 'id' in fields else ''}"

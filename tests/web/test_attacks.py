@@ -89,7 +89,7 @@ def test_huge_rows_are_shown_clipped(web: Callable[..., WebServer], dsn: str) ->
     errors = [{"attempt": n, "at": "2026-01-01T00:00:00Z", "error": f"E{n} " + "x" * 2000}
               for n in range(1, 3001)]
     job_id = dead_job(dsn, args=json.dumps({"blob": "y" * 3_000_000}),
-                      errors=json.dumps(errors))
+                      errors=json.dumps(errors), legacy=True)
     server = web()
     with httpx.Client(base_url=server.url, timeout=60) as client:
         page = client.get(f"/jobs/{job_id}")
