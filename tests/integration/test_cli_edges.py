@@ -192,7 +192,8 @@ def test_dev_is_found_by_the_other_commands_and_stop_ends_every_process(
         assert json.loads(state_file.read_text())["pid"] == dev.pid
         names = _names(dsn)
         assert names.count("pgfleet worker default 1/2") == 2  # claiming and LISTEN
-        assert "pgfleet maintenance" in names
+        # Maintenance connects on its own schedule, maybe after the workers.
+        wait_for(lambda: "pgfleet maintenance" in _names(dsn), timeout=60)
 
         # Another terminal, in another folder, with no URL anywhere: it finds dev's.
         client.enqueue(dsn, "noop", {}, queue="nowhere")
