@@ -29,8 +29,10 @@ def test_soak_with_random_kills_and_a_database_restart(
         db: Db, cfleet: Callable[..., Fleet]) -> None:
     dsn = db.dsn
     rng = random.Random(7)
+    # The soak kills workers on purpose, about twice a second: the queue must not be
+    # marked failed as a crash loop (supervisor.crash_limit is tested on its own).
     f = cfleet({"default": {"processes": 3, "threads": 4, "kill_grace": "1s"}},
-               supervisor=LIVENESS)
+               supervisor={**LIVENESS, "crash_limit": {"count": 1000, "window": "1m"}})
     f.wait_workers(3)
     sleepers = JOBS // 50
     ids = enqueue(dsn, mixed_batch(JOBS - sleepers, n_sleep=sleepers, sleep=0.05))
