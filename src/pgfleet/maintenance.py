@@ -112,10 +112,14 @@ class Maintenance(ChildProcess):
         while self.to_rescue:
             worker, reason = self.to_rescue[0]
             held = store.held_by(conn, worker=worker)
-            # A process holding several jobs when it died: any of them may have killed it,
-            # so none is charged; each runs alone next, where a crash names its culprit.
+            # A process holding several jobs when it died of its own fault (a signal such
+            # as SIGSEGV, an exit): any of them may have killed it, so none is charged;
+            # each runs alone next, where a crash names its culprit. SIGKILL comes from
+            # outside (an operator, the supervisor, the OOM killer): every job is charged,
+            # as before, and none is made to run alone.
+            shared = len(held) > 1 and not reason.endswith("SIGKILL")
             rows = store.rescue_holder(conn, worker=worker, error=reason,
-                                       delays=self._retry_delays(held), shared=len(held) > 1)
+                                       delays=self._retry_delays(held), shared=shared)
             for job_id, queue, task, state in rows:
                 label = metrics.queue_label(queue)
                 metrics.jobs_rescued.labels(label).inc()
