@@ -13,9 +13,10 @@ from typing import Any
 import psycopg
 
 from pgfleet import metrics, store
-from pgfleet.child import BEAT_EVERY, ChildProcess
+from pgfleet.child import BEAT_EVERY
 from pgfleet.config import Config, QueueConfig
-from pgfleet.db import connect, scrub
+from pgfleet.db import scrub
+from pgfleet.db_child import DatabaseChild
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.supervisor.beacon import Beacon
 from pgfleet.supervisor.rescue_pipe import RescueReader
@@ -26,18 +27,16 @@ RESCUE_BATCH = 1000
 PRUNE_EVERY = 60.0
 
 
-class Maintenance(ChildProcess):
+class Maintenance(DatabaseChild):
     def __init__(self, config: Config, dsn: str, *, supervisor_id: str, supervisor_pid: int,
                  rescue_fd: int, beacon: Beacon | None, own_id: str = "") -> None:
-        super().__init__(beacon)
+        super().__init__(dsn, beacon)
         self.config = config
-        self.dsn = dsn
         self.supervisor_id = supervisor_id
         self.supervisor_pid = supervisor_pid
         self.own_id = own_id or f"{socket.gethostname()}:{os.getpid()}:maintenance"
         self.rescue = RescueReader(rescue_fd)
         self.to_rescue: list[tuple[str, str]] = []
-        self.conn: psycopg.Connection[Any] | None = None
         self.next_prune = 0.0
         self.next_heartbeat = 0.0
         self.seen_job_id: int | None = None
@@ -50,9 +49,7 @@ class Maintenance(ChildProcess):
             try:
                 self.pass_once()
             except (psycopg.Error, DatabaseUnavailable) as exc:
-                if self.conn is not None:
-                    self.conn.close()
-                self.conn = None
+                self.drop_connection()
                 delay = self.reconnect.failed()
                 log.warning("maintenance pass failed (retrying in %.1fs): %s", delay,
                             scrub(str(exc).strip(), self.dsn))
@@ -83,15 +80,9 @@ class Maintenance(ChildProcess):
             if left <= BEAT_EVERY or self.stopping or self.parent_gone():
                 return
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self.conn is None or self.conn.closed:
-            with self.beating():
-                self.conn = connect(self.dsn, autocommit=True)
-        return self.conn
-
     def pass_once(self) -> None:
         """One maintenance pass: rescue, heartbeat, rescue expired leases, prune, measure."""
-        conn = self._connection()
+        conn = self.connection()
         self._rescue_requested()
         now = time.monotonic()
         if now >= self.next_heartbeat:
@@ -108,7 +99,7 @@ class Maintenance(ChildProcess):
     def _rescue_requested(self) -> None:
         if not self.to_rescue:
             return
-        conn = self._connection()
+        conn = self.connection()
         while self.to_rescue:
             worker, reason = self.to_rescue[0]
             held = store.held_by(conn, worker=worker)
@@ -172,14 +163,13 @@ class Maintenance(ChildProcess):
 
     def _unregister(self) -> None:
         try:
-            conn = self._connection()
+            conn = self.connection()
             store.unregister_process(conn, self.supervisor_id)
             store.unregister_process(conn, self.own_id)
         except (psycopg.Error, DatabaseUnavailable):
             pass
         finally:
-            if self.conn is not None:
-                self.conn.close()
+            self.drop_connection()
 
 
 def _log_rescue(job_id: int, queue: str, state: str, why: str) -> None:
