@@ -61,6 +61,11 @@ def jittered_limit(max_jobs: int | None) -> int | None:
     return None if max_jobs is None else max(1, round(max_jobs * random.uniform(0.9, 1.1)))
 
 
+def jobs_running(count: int) -> str:
+    """The status part of a worker's process title: `0 jobs`, `1 job`, `3 jobs`."""
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -355,7 +360,7 @@ class Worker(ChildProcess):
             metrics.workers_busy.labels(self.s.queue).set(busy)
         self.shown_busy, self.shown_peers = busy, peers
         if self.s.title is not None:
-            self.s.title(f"{busy} jobs")
+            self.s.title(jobs_running(busy))
 
     # ---- stopping ------------------------------------------------------------------------
 
