@@ -507,3 +507,17 @@ def jobs_created_since(conn: Conn, after: int) -> tuple[dict[str, int], int]:
 
 def queue_known(conn: Conn, queue: str) -> bool:
     return bool(_scalar(conn, "queue_known", {"queue": queue}))
+
+
+def publish_task_defaults(conn: Conn,
+                          rows: Sequence[tuple[str, str | None, int | None]]) -> int:
+    """Write (task, queue, max_attempts) rows to pgfleet.task_defaults; rows changed."""
+    return _exec(conn, "publish_task_defaults", {
+        "tasks": [r[0] for r in rows], "queues": [r[1] for r in rows],
+        "max_attempts": [r[2] for r in rows]})
+
+
+def publish_queue_defaults(conn: Conn, rows: Mapping[str, int]) -> int:
+    """Write queue → max_attempts to pgfleet.queue_defaults; rows changed."""
+    return _exec(conn, "publish_queue_defaults", {
+        "queues": list(rows), "max_attempts": list(rows.values())})

@@ -365,3 +365,26 @@ SELECT EXISTS (SELECT 1 FROM pgfleet.processes WHERE queue = %(queue)s)
     OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s AND state = 'queued')
     OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s AND state = 'dead')
     OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s)
+
+-- name: publish_task_defaults :exec
+-- A supervisor's registered tasks' enqueue defaults (migration 0009), as three parallel
+-- arrays. The current config overwrites whatever is there, NULLs included (a declaration
+-- removed from the code); identical rows are not rewritten, and rows are taken in name
+-- order so two hosts publishing at once cannot deadlock.
+INSERT INTO pgfleet.task_defaults AS d (task, queue, max_attempts)
+SELECT t.task, t.queue, t.max_attempts
+  FROM unnest(%(tasks)s::text[], %(queues)s::text[], %(max_attempts)s::int[])
+       AS t (task, queue, max_attempts)
+ ORDER BY t.task
+ON CONFLICT (task) DO UPDATE
+   SET queue = EXCLUDED.queue, max_attempts = EXCLUDED.max_attempts, updated_at = now()
+ WHERE (d.queue, d.max_attempts) IS DISTINCT FROM (EXCLUDED.queue, EXCLUDED.max_attempts)
+
+-- name: publish_queue_defaults :exec
+-- A supervisor's configured queues' max_attempts, as two parallel arrays; as above.
+INSERT INTO pgfleet.queue_defaults AS d (queue, max_attempts)
+SELECT q.queue, q.max_attempts
+  FROM unnest(%(queues)s::text[], %(max_attempts)s::int[]) AS q (queue, max_attempts)
+ ORDER BY q.queue
+ON CONFLICT (queue) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, updated_at = now()
+ WHERE d.max_attempts IS DISTINCT FROM EXCLUDED.max_attempts

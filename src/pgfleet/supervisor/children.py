@@ -40,6 +40,8 @@ class Identity:
     title: str
     beacon: Beacon
     rescue_fd: int
+    # A worker: publish its queue's and tasks' enqueue defaults (pgfleet.defaults).
+    publish_defaults: bool = False
 
 
 def desired_slots(config: Config, extra_processes: int) -> list[Slot]:
@@ -131,6 +133,7 @@ def build_web(config: Config, dsn: str, me: Identity) -> Runnable | None:
 def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None:
     """A worker of the slot's queue; None (logged) if its task modules do not import."""
     from pgfleet.child import set_title
+    from pgfleet.defaults import for_worker
     from pgfleet.tasks import load_registry
     from pgfleet.worker import Worker, build_settings
 
@@ -146,4 +149,5 @@ def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable
         supervisor_id=me.supervisor_id,
         title=lambda status: set_title(f"{describe(slot, me.beacon.peers())}: {status}"),
         beacon=me.beacon,
+        defaults=for_worker(config, slot.queue, registry) if me.publish_defaults else None,
     ))

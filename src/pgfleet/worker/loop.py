@@ -28,6 +28,7 @@ import psycopg
 from pgfleet import metrics, store
 from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.db import connect, scrub
+from pgfleet.defaults import publish as publish_defaults
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
@@ -113,6 +114,7 @@ class Worker(ChildProcess):
         """Run until stopped; returns the process exit code."""
         if not self._connect_first():
             return self.exit_code
+        publish_defaults(self.conn, self.s.defaults, self.s.dsn)
         self.executor.start(self.s.threads)
         # Only a worker that owns its process may end it: one run on another thread lives
         # in someone else's process (a test, an application) and relies on its loop's check.
