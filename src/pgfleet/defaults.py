@@ -2,9 +2,10 @@
 path (Python, SQL, the CLI, bulk) gets the configured queue and attempts.
 
 What is published: each configured queue's `max_attempts` (pgfleet.queue_defaults) and the
-`queue` and `max_attempts` each registered @task declares (pgfleet.task_defaults, NULL for
-what it leaves out). The database applies them in migration 0009's order: the call, the
-task, its queue, then built-in ('default', 20).
+`queue`, `max_attempts` and `backoff` each registered @task declares (pgfleet.task_defaults,
+NULL for what it leaves out; the backoff prices crashed attempts, see maintenance.py).
+The database applies them in migration 0009's order: the call, the task, its queue, then
+built-in ('default', 20).
 
 Who publishes: the arbiter runs no task code, so the first worker each queue starts after
 `pgfleet run` starts or reloads (HUP) publishes its queue and the tasks of its registry; it
@@ -16,6 +17,8 @@ last to start or reload wins. Entries of tasks and queues no longer configured a
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,10 +35,11 @@ log = logging.getLogger("pgfleet.defaults")
 
 @dataclass(frozen=True)
 class Defaults:
-    """What one worker publishes: queue → max_attempts, and (task, queue, max_attempts)."""
+    """What one worker publishes: queue → max_attempts, and each task's (name, queue,
+    max_attempts, backoff as JSON)."""
 
     queues: dict[str, int] = field(default_factory=dict)
-    tasks: list[tuple[str, str | None, int | None]] = field(default_factory=list)
+    tasks: list[tuple[str, str | None, int | None, str | None]] = field(default_factory=list)
 
 
 def for_worker(config: Config, queue: str, registry: Registry) -> Defaults:
@@ -52,7 +56,9 @@ def for_worker(config: Config, queue: str, registry: Registry) -> Defaults:
             log.warning("task %r declares max_attempts=%r, outside %d..%d; not published",
                         name, attempts, low, high)
             attempts = None
-        tasks.append((name, task.queue, attempts))
+        # The task's own backoff prices its crashed attempts too (maintenance.py).
+        backoff = json.dumps(dataclasses.asdict(task.backoff)) if task.backoff else None
+        tasks.append((name, task.queue, attempts, backoff))
     return Defaults(queues={queue: config.queues[queue].max_attempts}, tasks=tasks)
 
 

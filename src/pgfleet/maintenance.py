@@ -13,12 +13,14 @@ from typing import Any
 import psycopg
 
 from pgfleet import metrics, store
+from pgfleet.backoff import Backoff
 from pgfleet.child import BEAT_EVERY
 from pgfleet.config import Config, QueueConfig
 from pgfleet.db import scrub
 from pgfleet.db_child import DatabaseChild
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.supervisor.beacon import Beacon
+from pgfleet.supervisor.failed_queues import FailedQueues
 from pgfleet.supervisor.rescue_pipe import RescueReader
 
 log = logging.getLogger("pgfleet.maintenance")
@@ -29,7 +31,8 @@ PRUNE_EVERY = 60.0
 
 class Maintenance(DatabaseChild):
     def __init__(self, config: Config, dsn: str, *, supervisor_id: str, supervisor_pid: int,
-                 rescue_fd: int, beacon: Beacon | None, own_id: str = "") -> None:
+                 rescue_fd: int, beacon: Beacon | None, own_id: str = "",
+                 failed_queues: FailedQueues | None = None) -> None:
         super().__init__(dsn, beacon)
         self.config = config
         self.supervisor_id = supervisor_id
@@ -40,6 +43,8 @@ class Maintenance(DatabaseChild):
         self.next_prune = 0.0
         self.next_heartbeat = 0.0
         self.seen_job_id: int | None = None
+        self.failed_queues = failed_queues
+        self.reported_failures = -1  # the sequence of the failed queues last recorded
 
     def run(self) -> int:
         metrics.zero_maintenance_counters(list(self.config.queues))
@@ -88,6 +93,8 @@ class Maintenance(DatabaseChild):
         if now >= self.next_heartbeat:
             self._heartbeat(conn)
             self.next_heartbeat = now + self.config.supervisor.heartbeat_interval
+            self.reported_failures = -1  # the row may have been made again: rewrite
+        self._report_failures(conn)
         for job_id, queue, state in store.rescue_expired(conn, limit=RESCUE_BATCH):
             metrics.jobs_rescued.labels(metrics.queue_label(queue)).inc()
             _log_rescue(job_id, queue, state, "its lease expired")
@@ -122,13 +129,19 @@ class Maintenance(DatabaseChild):
             self.to_rescue.pop(0)
 
     def _retry_delays(self, held: list[store.HeldJob]) -> dict[int, float]:
-        """A crashed attempt is due again after its queue's backoff, like a failed one (the
-        task's own backoff is known only where its module is imported)."""
-        delays = {}
-        for job in held:
-            queue = self.config.queues.get(job.queue) or QueueConfig()
-            delays[job.id] = queue.backoff.to_backoff().delay(max(job.attempt, 1))
-        return delays
+        """A crashed attempt is due again after the backoff a failed one would get: the
+        task's own (published by the workers, which import it: pgfleet.defaults), else
+        its queue's."""
+        return {job.id: self._backoff(job).delay(max(job.attempt, 1)) for job in held}
+
+    def _backoff(self, job: store.HeldJob) -> Backoff:
+        if job.task_backoff:
+            try:
+                return Backoff(**job.task_backoff)
+            except (TypeError, ValueError):
+                log.warning("job %d: unusable published task backoff %r; using its "
+                            "queue's", job.id, job.task_backoff)
+        return (self.config.queues.get(job.queue) or QueueConfig()).backoff.to_backoff()
 
     def _heartbeat(self, conn: psycopg.Connection[Any]) -> None:
         store.register_process(
@@ -140,6 +153,16 @@ class Maintenance(DatabaseChild):
             kind="maintenance", queue=None, supervisor=self.supervisor_id,
         )
         store.prune_processes(conn, self.config.supervisor.stale_after * 4)
+
+    def _report_failures(self, conn: psycopg.Connection[Any]) -> None:
+        """Record the arbiter's failed queues on the supervisor's row when they changed
+        (and after each heartbeat: an UPDATE that finds them equal writes nothing)."""
+        if self.failed_queues is None:
+            return
+        sequence, failed = self.failed_queues.read()
+        if sequence != self.reported_failures:
+            store.report_failed_queues(conn, id=self.supervisor_id, failed=failed)
+            self.reported_failures = sequence
 
     def _prune(self, conn: psycopg.Connection[Any]) -> None:
         total = 0

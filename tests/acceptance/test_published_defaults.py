@@ -30,6 +30,11 @@ def pay(**_):
 @pgfleet.task(name="plain")
 def plain(**_):
     pass
+
+@pgfleet.task(name="crash_slowly", backoff={{"initial": 3600, "max": 7200, "jitter": 0}})
+def crash_slowly():
+    import ctypes
+    ctypes.string_at(0)
 '''
 
 
@@ -136,3 +141,20 @@ def test_entries_of_a_queue_no_longer_configured_are_kept(dsn: str, fleet: Fleet
     # Another host may still run `bulk` and `payments`: their entries stay.
     assert queue_defaults(dsn) == {"default": 6, "payments": 20, "bulk": 7}
     assert task_defaults(dsn)["pay"] == ("payments", 5)
+
+
+def test_a_crashed_attempt_waits_for_its_tasks_backoff(dsn: str, fleet: Fleet) -> None:
+    """The queue's backoff would retry within seconds; the task's says an hour."""
+    wait_for(lambda: "crash_slowly" in task_defaults(dsn), timeout=60)
+    job_id = python_enqueue(dsn, "crash_slowly", max_attempts=3)
+    query = ("SELECT state::text, crashes, extract(epoch FROM run_at - now())"
+             " FROM pgfleet.jobs WHERE id = %s")
+
+    def crashed() -> tuple[Any, ...] | None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(query, (job_id,)).fetchone()
+        return tuple(row) if row is not None and row[1] == 1 else None
+
+    state, _, due_in = wait_for(crashed, timeout=60)
+    assert state == "queued"
+    assert 3000 < due_in <= 3600

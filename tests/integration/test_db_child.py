@@ -4,6 +4,7 @@ opened on demand, dropped after a failure and opened again."""
 from __future__ import annotations
 
 import ast
+import contextlib
 from pathlib import Path
 
 import psycopg
@@ -32,10 +33,8 @@ def test_a_dropped_or_killed_connection_is_opened_again(dsn: str) -> None:
     assert child.connection() is first  # kept while it works
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (first.info.backend_pid,))
-    try:
+    with contextlib.suppress(psycopg.OperationalError):
         first.execute("SELECT 1")
-    except psycopg.OperationalError:
-        pass
     assert first.closed
     second = child.connection()
     assert second is not first and second.execute("SELECT 1").fetchone() == (1,)

@@ -227,7 +227,7 @@ class Supervisor:
             supervisor_id=self.supervisor_id, supervisor_pid=os.getppid(),
             title=describe(slot, self._worker_count(slot)),
             beacon=self.board.beacon(board_index), rescue_fd=self.rescue.read_fd,
-            publish_defaults=publish,
+            publish_defaults=publish, failed_queues=self.restarts.failed,
         )
         config, dsn = self.config, self.dsn
         run_child(identity.title, lambda: run_slot(config, dsn, slot, identity))

@@ -10,6 +10,7 @@ from typing import Protocol
 from pgfleet.config import Config
 from pgfleet.errors import PgfleetError
 from pgfleet.supervisor.beacon import Beacon
+from pgfleet.supervisor.failed_queues import FailedQueues
 
 log = logging.getLogger("pgfleet.children")
 
@@ -42,6 +43,8 @@ class Identity:
     rescue_fd: int
     # A worker: publish its queue's and tasks' enqueue defaults (pgfleet.defaults).
     publish_defaults: bool = False
+    # Maintenance: the queues the arbiter gave up on, to record in the database.
+    failed_queues: FailedQueues | None = None
 
 
 def desired_slots(config: Config, extra_processes: int) -> list[Slot]:
@@ -98,6 +101,7 @@ def build(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None
         return Maintenance(
             config, dsn, supervisor_id=me.supervisor_id, supervisor_pid=me.supervisor_pid,
             rescue_fd=me.rescue_fd, beacon=me.beacon, own_id=me.worker_id,
+            failed_queues=me.failed_queues,
         )
     if slot.kind == "scheduler":
         from pgfleet.scheduler import Scheduler
