@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgfleet.client import enqueue
+from pgfleet.client import enqueue, enqueue_many
 from tests.support.fleet import Fleet, config_text
 from tests.support.workers import wait_for
 
@@ -108,6 +108,8 @@ def test_published_defaults_reach_every_enqueue_path_and_follow_a_reload(
     # The task's declaration, by name, from the CLI and from SQL.
     assert placed(dsn, cli_enqueue(dsn, "pay")) == ("payments", 5)
     assert placed(dsn, sql_enqueue(dsn, "pay")) == ("payments", 5)
+    [bulk_id] = enqueue_many(dsn, [{"task": "pay"}])
+    assert placed(dsn, bulk_id) == ("payments", 5)
     # A queue's max_attempts reaches a Python enqueue by name; the call still wins.
     assert placed(dsn, python_enqueue(dsn, "plain", queue="bulk")) == ("bulk", 7)
     assert placed(dsn, python_enqueue(dsn, "pay", max_attempts=2)) == ("payments", 2)
@@ -158,3 +160,19 @@ def test_a_crashed_attempt_waits_for_its_tasks_backoff(dsn: str, fleet: Fleet) -
     state, _, due_in = wait_for(crashed, timeout=60)
     assert state == "queued"
     assert 3000 < due_in <= 3600
+
+
+def test_of_two_hosts_with_different_files_the_last_to_start_or_reload_wins(
+        dsn: str, fleet: Fleet, tmp_path: Path) -> None:
+    wait_for(lambda: queue_defaults(dsn).get("bulk") == 7, timeout=60)
+    other = Fleet(dsn, tmp_path, config_text(
+        {"bulk": {"processes": 1, "max_attempts": 3}}, tasks=["paytasks"]), name="other")
+    try:
+        other.start()
+        wait_for(lambda: queue_defaults(dsn).get("bulk") == 3, timeout=60)
+        assert placed(dsn, python_enqueue(dsn, "plain", queue="bulk")) == ("bulk", 3)
+        fleet.signal(signal.SIGHUP)
+        wait_for(lambda: queue_defaults(dsn).get("bulk") == 7, timeout=60)
+        assert placed(dsn, python_enqueue(dsn, "plain", queue="bulk")) == ("bulk", 7)
+    finally:
+        other.stop()
