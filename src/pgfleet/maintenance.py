@@ -20,7 +20,7 @@ from pgfleet.db import scrub
 from pgfleet.db_child import DatabaseChild
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.supervisor.beacon import Beacon
-from pgfleet.supervisor.failed_queues import FailedQueues
+from pgfleet.supervisor.failed_queues import UNREAD, FailedQueues
 from pgfleet.supervisor.rescue_pipe import RescueReader
 
 log = logging.getLogger("pgfleet.maintenance")
@@ -44,7 +44,7 @@ class Maintenance(DatabaseChild):
         self.next_heartbeat = 0.0
         self.seen_job_id: int | None = None
         self.failed_queues = failed_queues
-        self.reported_failures = -1  # the sequence of the failed queues last recorded
+        self.reported_failures = UNREAD  # the sequence of the failed queues last recorded
 
     def run(self) -> int:
         metrics.zero_maintenance_counters(list(self.config.queues))
@@ -93,7 +93,7 @@ class Maintenance(DatabaseChild):
         if now >= self.next_heartbeat:
             self._heartbeat(conn)
             self.next_heartbeat = now + self.config.supervisor.heartbeat_interval
-            self.reported_failures = -1  # the row may have been made again: rewrite
+            self.reported_failures = UNREAD  # the row may have been made again: rewrite
         self._report_failures(conn)
         for job_id, queue, state in store.rescue_expired(conn, limit=RESCUE_BATCH):
             metrics.jobs_rescued.labels(metrics.queue_label(queue)).inc()
@@ -160,7 +160,7 @@ class Maintenance(DatabaseChild):
         if self.failed_queues is None:
             return
         sequence, failed = self.failed_queues.read()
-        if sequence != self.reported_failures:
+        if sequence not in (self.reported_failures, UNREAD):
             store.report_failed_queues(conn, id=self.supervisor_id, failed=failed)
             self.reported_failures = sequence
 

@@ -19,6 +19,9 @@ _HEADER = struct.Struct("QQ")  # sequence, length of the JSON that follows
 SIZE = 64 * 1024
 # A reason is cut to this length so that many failed queues still fit the page.
 REASON_LIMIT = 200
+# A read that keeps overlapping writes gives up (the next pass reads again).
+READ_TRIES = 1000
+UNREAD = -1
 
 
 class FailedQueues:
@@ -45,11 +48,12 @@ class FailedQueues:
         if len(data) > room:
             # Past a page of failures the reasons go, and the names that fit stay.
             shown: dict[str, str] = {}
+            used = len(b"{}")
             for queue in sorted(self.failed):
-                shown[queue] = "failed"
-                if len(json.dumps(shown).encode()) > room:
-                    del shown[queue]
+                used += len(json.dumps(queue).encode()) + len(b': "failed", ')
+                if used > room:
                     break
+                shown[queue] = "failed"
             data = json.dumps(shown).encode()
         self.sequence += 1  # odd: writing
         _HEADER.pack_into(self.memory, 0, self.sequence, 0)
@@ -58,12 +62,13 @@ class FailedQueues:
         _HEADER.pack_into(self.memory, 0, self.sequence, len(data))
 
     def read(self) -> tuple[int, dict[str, str]]:
-        """A child: (sequence, queue → reason) as the arbiter last wrote them."""
-        while True:
+        """A child: (sequence, queue → reason) as the arbiter last wrote them, or
+        (UNREAD, {}) if every try overlapped a write (an arbiter that died mid-write)."""
+        for _ in range(READ_TRIES):
             sequence, length = _HEADER.unpack_from(self.memory, 0)
             data = bytes(self.memory[_HEADER.size:_HEADER.size + length])
             again, _ = _HEADER.unpack_from(self.memory, 0)
             if sequence % 2 == 0 and again == sequence:
-                break
-        found = json.loads(data) if data else {}
-        return sequence, {str(k): str(v) for k, v in found.items()}
+                found = json.loads(data) if data else {}
+                return sequence, {str(k): str(v) for k, v in found.items()}
+        return UNREAD, {}
