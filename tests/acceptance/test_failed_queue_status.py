@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import pgfleet
 from tests.support.fleet import Fleet, config_text
 from tests.support.workers import wait_for
 
@@ -64,3 +65,16 @@ def test_a_failed_queue_shows_in_status_until_a_reload(
     f.signal(signal.SIGHUP)
     wait_for(lambda: "reloading" in f.log() and not failed_on(dsn, "broken"), timeout=60)
     assert queue(dsn, "broken") is None
+
+
+def test_a_queue_failed_by_its_crash_limit_shows_in_status(
+        dsn: str, fleet: Callable[..., Fleet]) -> None:
+    f = fleet({"crashy": {"processes": 1}, "default": {"processes": 1}},
+              supervisor={"crash_limit": {"count": 2, "window": "1m"}})
+    f.wait_workers(1, "crashy")
+    pgfleet.enqueue_many(dsn, [{"task": "crash", "queue": "crashy", "max_attempts": 1}] * 4)
+    wait_for(lambda: failed_on(dsn, "crashy"), timeout=60)
+    [entry] = failed_on(dsn, "crashy")
+    assert entry["reason"] == "workers crashed 2 times within 60s"
+    assert entry["supervisor"].startswith(f"{socket.gethostname()}:{f.pid}:")
+    assert failed_on(dsn, "default") == []
