@@ -84,6 +84,7 @@ class HeldJob:
     id: int
     queue: str
     attempt: int
+    task_backoff: dict[str, Any] | None
 
 
 
@@ -177,6 +178,8 @@ class ProcessRow:
     kind: str
     queue: str | None
     supervisor: str | None
+    # A supervisor's queues it gave up on, queue → reason (migration 0016).
+    failed_queues: dict[str, str]
     heartbeat_age: float
 
 
