@@ -178,7 +178,7 @@ class ProcessRow:
     kind: str
     queue: str | None
     supervisor: str | None
-    # A supervisor's queues it gave up on, queue → reason (migration 0016).
+    # A supervisor's queues it gave up on, queue → reason (migration 0010).
     failed_queues: dict[str, str]
     heartbeat_age: float
 

@@ -51,7 +51,7 @@ def seed(conn: psycopg.Connection[Any]) -> None:
              supervisor="sup-gone"),
     ):
         store.register_process(conn, **row)
-    # beta's supervisor gave up on a queue no process or job names (migration 0016).
+    # beta's supervisor gave up on a queue no process or job names (migration 0010).
     store.report_failed_queues(conn, id="sup-b", failed={"gone": "workers crashed 10 times"})
     conn.execute("UPDATE pgfleet.processes SET heartbeat_at = now() - interval '42 seconds'"
                  " WHERE id = 'w-b1'")

@@ -125,7 +125,7 @@ RETURNING id
 
 -- name: held_by :many
 -- The running jobs a dead worker held, for the rescue below to price their retries: with
--- their task's published backoff (0016) when there is one.
+-- their task's published backoff (0010) when there is one.
 SELECT j.id, j.queue, j.attempt, td.backoff AS task_backoff
   FROM pgfleet.jobs j LEFT JOIN pgfleet.task_defaults td ON td.task = j.task
  WHERE j.lease_holder = %(worker)s AND j.state = 'running'
@@ -394,7 +394,7 @@ ON CONFLICT (queue) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, updated_
  WHERE d.max_attempts IS DISTINCT FROM EXCLUDED.max_attempts
 
 -- name: report_failed_queues :exec
--- A supervisor's failed queues (0016), as its maintenance process last read them from the
+-- A supervisor's failed queues (0010), as its maintenance process last read them from the
 -- arbiter; rewritten only when they changed.
 UPDATE pgfleet.processes SET failed_queues = %(failed)s::jsonb
  WHERE id = %(id)s AND failed_queues IS DISTINCT FROM %(failed)s::jsonb
