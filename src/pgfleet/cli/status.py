@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -10,6 +11,9 @@ import psycopg
 from pgfleet import migrations, store
 from pgfleet.cli.common import database, emit, friendly, global_options, json_option
 from pgfleet.errors import PgfleetError
+
+# Running jobs whose progress `status` lists (the newest), so a busy fleet stays readable.
+PROGRESS_SHOWN = 20
 
 QUEUE_COLUMNS = (
     ("QUEUE", "queue"), ("WAITING", "waiting"), ("SCHEDULED", "scheduled"),
@@ -30,6 +34,7 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         finished = store.finished_last_minute(conn)
         paused = store.paused_queues(conn)
         processes = store.processes(conn)
+        progress = store.running_progress(conn, PROGRESS_SHOWN)
     names = ({c[0] for c in counts} | set(oldest) | set(finished) | paused
              | {p["queue"] for p in processes if p["queue"]})
     by_key = {(queue, state): n for queue, state, n in counts}
@@ -46,7 +51,9 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         }
         for name in sorted(names)
     ]
-    return {"queues": queues, "hosts": _hosts(processes)}
+    reports = [{"id": p.id, "queue": p.queue, "task": p.task,
+                "progress": json.loads(p.progress)} for p in progress]
+    return {"queues": queues, "hosts": _hosts(processes), "progress": reports}
 
 
 def _hosts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -125,7 +132,21 @@ def render(data: dict[str, Any]) -> str:
             rows.append(("  (no supervisor registered)", None))
             rows += [("    ", p) for p in host["unattached"]]
     lines += _process_lines(rows)
+    lines += _progress_lines(data.get("progress", []))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _progress_lines(reports: list[dict[str, Any]]) -> list[str]:
+    """What running jobs last reported: a number as a percentage, a dict as JSON."""
+    if not reports:
+        return []
+    lines = ["", f"PROGRESS (running jobs, newest {PROGRESS_SHOWN})"]
+    for r in reports:
+        value = r["progress"]
+        shown = (f"{value * 100:.0f}%" if isinstance(value, int | float)
+                 else json.dumps(value, ensure_ascii=False)[:200])
+        lines.append(f"  job {r['id']}  {r['queue']}  {r['task']}  {shown}")
+    return lines
 
 
 def _process_lines(rows: list[tuple[str, dict[str, Any] | None]]) -> list[str]:

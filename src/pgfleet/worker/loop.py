@@ -32,6 +32,7 @@ from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
 from pgfleet.worker.completer import Completer, MetricCache
+from pgfleet.worker.control import TaskControl
 from pgfleet.worker.events import WorkerEvents
 from pgfleet.worker.executor import Executor, Running, WorkerStopping
 from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
@@ -81,6 +82,8 @@ class Worker(ChildProcess):
                                    metric=self.metric)
         self.leases = Leases(worker_id=settings.worker_id, lease=settings.lease,
                              heartbeat_interval=settings.heartbeat_interval)
+        self.control = TaskControl(worker_id=settings.worker_id, executor=self.executor,
+                                   wake=self.wakeup.poke)
         self.conn: psycopg.Connection[Any] | None = None
         self.listener: Listener | None = None
         self.claim_due = True
@@ -115,7 +118,8 @@ class Worker(ChildProcess):
                     if threading.current_thread() is threading.main_thread()
                     else threading.Event())
         if self.s.notify:
-            self.listener = Listener(self.s.dsn, self._on_notify)
+            self.listener = Listener(self.s.dsn, self._on_notify,
+                                     on_cancel=self.control.on_cancel)
             self.listener.start()
         metrics.workers.labels(self.s.queue).inc()
         metrics.zero_worker_counters(self.s.queue, self.s.registry.names())
@@ -171,6 +175,9 @@ class Worker(ChildProcess):
         horizon = min(self.next_poll, self.leases.next_renewal)
         if self.notified:
             horizon = min(horizon, self.next_notified_claim)
+        cancel_check = self.control.wait_limit()
+        if cancel_check is not None:
+            horizon = min(horizon, cancel_check)
         if self.conn is None:
             horizon = self.reconnect.not_before
         return max(0.0, min(horizon - time.monotonic(), BEAT_EVERY))
@@ -188,6 +195,8 @@ class Worker(ChildProcess):
             self._flush()
             if self.leases.due(now):
                 self._renew()
+            if self.conn is not None:
+                self.control.database_work(self.conn, now)
             if self._should_claim(now):
                 self._claim()
         except (psycopg.OperationalError, DatabaseUnavailable) as exc:
@@ -314,7 +323,8 @@ class Worker(ChildProcess):
         late, stuck = self.executor.overdue(now, self.s.kill_grace)
         for running in late:
             self.executor.interrupt(running)
-            self.events.timeouts += 1
+            if not running.control.cancelled:  # else the deadline cancel() brought forward
+                self.events.timeouts += 1
         for running in stuck:
             self._abandon(running)
 
