@@ -40,8 +40,10 @@ class TaskControl:
             self.check_due = True
             self.wake()
 
-    def database_work(self, conn: psycopg.Connection[Any], now: float) -> None:
+    def database_work(self, conn: psycopg.Connection[Any] | None, now: float) -> None:
         """Cancel the jobs a notification announced; write the progress that is due."""
+        if conn is None:
+            return
         if self.check_due and now >= self.next_check:
             self.check_due = False
             self.next_check = now + CANCEL_CHECK_GAP
@@ -53,6 +55,6 @@ class TaskControl:
         store.write_progress(conn, worker=self.worker_id,
                              reports=self.executor.progress_due(now, PROGRESS_EVERY))
 
-    def wait_limit(self) -> float | None:
-        """When the loop must wake next for a notified cancel check, or None."""
-        return self.next_check if self.check_due else None
+    def wait_limit(self) -> float:
+        """When the loop must wake next for a notified cancel check (inf: no need)."""
+        return self.next_check if self.check_due else float("inf")

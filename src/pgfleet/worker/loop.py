@@ -175,9 +175,7 @@ class Worker(ChildProcess):
         horizon = min(self.next_poll, self.leases.next_renewal)
         if self.notified:
             horizon = min(horizon, self.next_notified_claim)
-        cancel_check = self.control.wait_limit()
-        if cancel_check is not None:
-            horizon = min(horizon, cancel_check)
+        horizon = min(horizon, self.control.wait_limit())
         if self.conn is None:
             horizon = self.reconnect.not_before
         return max(0.0, min(horizon - time.monotonic(), BEAT_EVERY))
@@ -195,8 +193,7 @@ class Worker(ChildProcess):
             self._flush()
             if self.leases.due(now):
                 self._renew()
-            if self.conn is not None:
-                self.control.database_work(self.conn, now)
+            self.control.database_work(self.conn, now)
             if self._should_claim(now):
                 self._claim()
         except (psycopg.OperationalError, DatabaseUnavailable) as exc:
@@ -323,8 +320,7 @@ class Worker(ChildProcess):
         late, stuck = self.executor.overdue(now, self.s.kill_grace)
         for running in late:
             self.executor.interrupt(running)
-            if not running.control.cancelled:  # else the deadline cancel() brought forward
-                self.events.timeouts += 1
+            self.events.timeouts += not running.control.cancelled  # cancels are no timeouts
         for running in stuck:
             self._abandon(running)
 
