@@ -16,6 +16,8 @@ import pytest
 
 import pgfleet
 from pgfleet import store
+from tests.support import pg
+from tests.support.roles import login_roles, role_dsn
 from tests.support.workers import scalar, wait_for, worker_process
 
 TASKS = "tests.support.controltasks"
@@ -78,9 +80,8 @@ def test_a_result_round_trip_from_python_and_sql(dsn: str) -> None:
 
 def test_a_result_that_is_not_json_fails_the_job_for_good(dsn: str) -> None:
     job_id = pgfleet.enqueue(dsn, "ctl.unserialisable", max_attempts=5)
-    with worker(dsn):
-        with pytest.raises(pgfleet.JobFailed) as failed:
-            pgfleet.result(dsn, job_id, timeout=120)
+    with worker(dsn), pytest.raises(pgfleet.JobFailed) as failed:
+        pgfleet.result(dsn, job_id, timeout=120)
     assert "could not be stored" in str(failed.value)
     assert "not JSON-serialisable" in str(failed.value)
     row = job(dsn, job_id)
@@ -201,3 +202,81 @@ def test_jobs_list_filters_by_meta(dsn: str) -> None:
     assert [r["id"] for r in json.loads(both.stdout)] == [a]
     bad = cli("jobs", "list", "--meta", "customer")
     assert bad.returncode == 2 and "--meta 'customer': expected KEY=VALUE" in bad.stderr
+
+
+def test_snoozes_are_bounded(dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "ctl.snooze_always", max_attempts=1)
+    # Set up a job one snooze short of the limit rather than snoozing it 99 times.
+    scalar(dsn, "UPDATE pgfleet.jobs SET snoozes = 99 WHERE id = %s RETURNING id", (job_id,))
+    with worker(dsn), pytest.raises(pgfleet.JobFailed, match="snoozed 100 times already"):
+        pgfleet.result(dsn, job_id, timeout=120)
+    row = job(dsn, job_id)
+    assert (row["state"], row["attempt"], row["snoozes"]) == ("dead", 1, 100)
+    assert events(dsn, job_id) == ["snoozed", "snoozed"]
+
+
+def test_without_notifications_the_lease_renewal_delivers_the_cancel(dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "ctl.until_cancelled")
+    with worker(dsn, "--no-notify"):
+        wait_for(lambda: "started" in events(dsn, job_id), timeout=120)
+        assert pgfleet.cancel(dsn, job_id) == "cancelling"
+        wait_for(lambda: job(dsn, job_id)["state"] == "cancelled", timeout=60)
+    assert events(dsn, job_id) == ["started", "saw_cancel"]
+
+
+def test_a_cancelled_running_job_ends_cancelled_however_its_attempt_ends(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The trigger of migration 0010, on the statements that end an attempt without the
+    worker's cancel: a rescue after the worker died, a give-back, a failed attempt."""
+    ids = [pgfleet.enqueue(conn, "ctl.add", {"a": i, "b": 0}, max_attempts=1)
+           for i in range(3)]
+    claimed = store.claim(conn, queue="default", limit=3, worker="w1", lease=60)
+    assert sorted(j.id for j in claimed) == ids
+    assert pgfleet.cancel_many(conn, ids=ids) == {i: "cancelling" for i in ids}
+    store.rescue_holder(conn, worker="w1", error="worker died: SIGKILL", delays={ids[0]: 0},
+                        shared=False)
+    store.give_back(conn, worker="w1", ids=[ids[1]])
+    store.complete_failed(conn, worker="w1", failures=[store.Failure(
+        id=ids[2], attempt=1, error="boom", delay=0, final=False)])
+    for job_id in ids:
+        row = store.get_job(conn, job_id)
+        assert row is not None and row["state"] == "cancelled" and row["finished_at"]
+    # A retry runs the job again and forgets the cancel.
+    assert store.retry_job(conn, ids[0]) == "default"
+    row = store.get_job(conn, ids[0])
+    assert row is not None
+    assert (row["state"], row["cancel_requested_at"]) == ("queued", None)
+
+
+def test_result_on_a_connection_inside_a_transaction_polls(dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "ctl.add", {"a": 1, "b": 2})
+    with worker(dsn), psycopg.connect(dsn) as conn:  # not autocommit: a transaction is open
+        assert pgfleet.result(conn, job_id, timeout=120) == {"sum": 3, "inputs": [1, 2]}
+        assert not scalar(dsn, "SELECT result_waited FROM pgfleet.jobs WHERE id = %s",
+                          (job_id,))
+
+
+@pytest.fixture
+def owner_dsn(template_db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A migrated database as its owner, whatever PGFLEET_TEST_ROLE says: the test below
+    grants to a role of its own."""
+    with pg.fresh_database(template_db) as url:
+        monkeypatch.setenv("PGFLEET_AUDIT_DSN", url)
+        monkeypatch.setenv("PGFLEET_DATABASE_URL", url)
+        yield url
+
+
+def test_a_producer_may_wait_for_results_but_not_cancel(owner_dsn: str) -> None:
+    with login_roles(owner_dsn) as make:
+        producer = make("producer")
+        applied = cli("--database-url", owner_dsn, "grants", "--producer", producer, "--apply")
+        assert applied.returncode == 0, applied.stderr
+        as_producer = role_dsn(owner_dsn, producer)
+        job_id = pgfleet.enqueue(as_producer, "ctl.add", {"a": 1, "b": 1})
+        with worker(owner_dsn):
+            assert pgfleet.result(as_producer, job_id, timeout=120) == {"sum": 2,
+                                                                        "inputs": [1, 1]}
+        assert scalar(as_producer, "SELECT pgfleet.job_result(%s)", (job_id,))["sum"] == 2
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            pgfleet.cancel(as_producer, job_id)

@@ -155,7 +155,8 @@ class Completer:
             return [(metrics.jobs_finished, (queue, label, kind))]
         if kind == "failed" and job.id in states:
             after = states[job.id]
-            attempt_failed(job, queue, outcome.error or "", timed_out=outcome.timed_out, after=after)
+            attempt_failed(job, queue, outcome.error or "", timed_out=outcome.timed_out,
+                           after=after)
             kind = "timed_out" if outcome.timed_out else "failed"
             follow = ((metrics.jobs_finished, (queue, label, "dead")) if after.state == "dead"
                       else (metrics.job_retries, (queue, label)))
