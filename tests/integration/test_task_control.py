@@ -16,9 +16,10 @@ import pytest
 
 import pgfleet
 from pgfleet import store
+from pgfleet.supervisor.exit_codes import EXIT_TIMEOUT
 from tests.support import pg
 from tests.support.roles import login_roles, role_dsn
-from tests.support.workers import scalar, wait_for, worker_process
+from tests.support.workers import scalar, wait_for, worker_process, worker_thread
 
 TASKS = "tests.support.controltasks"
 
@@ -280,3 +281,21 @@ def test_a_producer_may_wait_for_results_but_not_cancel(owner_dsn: str) -> None:
         assert scalar(as_producer, "SELECT pgfleet.job_result(%s)", (job_id,))["sum"] == 2
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             pgfleet.cancel(as_producer, job_id)
+
+
+def test_a_cancelled_task_stuck_in_c_gets_its_process_replaced(dsn: str) -> None:
+    """Like a timeout: the interrupt cannot land in a blocking C call, so after kill_grace
+    the worker exits (a supervisor starts a fresh one) and its rescue ends the job
+    cancelled. In a thread, so that kill_grace can be short."""
+    job_id = pgfleet.enqueue(dsn, "stubborn", {"seconds": 8.0})
+    with worker_thread(dsn, kill_grace=0.5) as stuck:
+        wait_for(lambda: "started" in events(dsn, job_id), timeout=120)
+        assert pgfleet.cancel(dsn, job_id) == "cancelling"
+        wait_for(lambda: stuck.events.stopped.is_set() or stuck.exit_code, timeout=60)
+    assert stuck.exit_code == EXIT_TIMEOUT and stuck.events.timeouts == 0
+    row = job(dsn, job_id)
+    assert row["state"] == "running" and row["cancel_requested_at"] is not None
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the supervisor's rescue
+        store.rescue_holder(conn, worker=stuck.s.worker_id, error="worker exited: job timeout",
+                            delays={job_id: 0.0}, shared=False)
+    assert job(dsn, job_id)["state"] == "cancelled"
