@@ -124,6 +124,9 @@ def test_a_running_job_is_cancelled_and_the_task_sees_it(dsn: str) -> None:
     assert row["state"] == "cancelled" and row["cancel_requested_at"] is not None
     assert row["last_error"] == "cancelled while running (attempt 1)"
     assert pgfleet.cancel(dsn, job_id) is None  # finished: nothing to cancel
+    with psycopg.connect(dsn, autocommit=True) as conn, \
+            pytest.raises(psycopg.errors.RaiseException, match=f"job {job_id} was cancelled"):
+        conn.execute("SELECT pgfleet.job_result(%s)", (job_id,))
 
 
 def test_a_task_that_ignores_the_cancel_is_interrupted(dsn: str) -> None:

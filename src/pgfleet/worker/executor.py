@@ -274,7 +274,9 @@ class Executor:
         log.info("job %d was cancelled; it has %.1fs to stop before it is interrupted",
                  running.job.id, CANCEL_GRACE)
         with self.guard:
-            if running.started and not running.interrupted:
+            # Only while a thread is inside the task: a job that has ended waits for its
+            # commit, and a job not yet started raises Cancelled before any task code.
+            if running.thread_id is not None and not running.interrupted:
                 running.deadline = min(running.deadline, time.monotonic() + CANCEL_GRACE)
 
     def progress_due(self, now: float, every: float) -> list[tuple[int, int, str]]:
