@@ -168,7 +168,7 @@ class Executor:
                     return
                 put(self._execute(running))
                 wake()
-            except (JobTimeout, LeaseLost, WorkerStopping):
+            except (JobTimeout, LeaseLost, WorkerStopping, Cancelled):
                 # An interrupt that landed just after its job had ended: nothing to do.
                 continue
 
