@@ -8,7 +8,7 @@ from typing import Any
 import click
 import psycopg
 
-from pgfleet import migrations, store
+from pgfleet import migrations, payload, store
 from pgfleet.cli.common import database, emit, friendly, global_options, json_option
 from pgfleet.errors import PgfleetError
 
@@ -52,8 +52,18 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         for name in sorted(names)
     ]
     reports = [{"id": p.id, "queue": p.queue, "task": p.task,
-                "progress": json.loads(p.progress)} for p in progress]
+                "progress": _decoded(p.progress)} for p in progress]
     return {"queues": queues, "hosts": _hosts(processes), "progress": reports}
+
+
+def _decoded(text: str) -> Any:
+    """A progress report; its JSON text when decoding it is refused (a row written by
+    hand, too deep or too large), so that status always prints."""
+    try:
+        return payload.load_args(text, len(text.encode("utf-8")), payload.MAX_RESULT_BYTES,
+                                 field="progress")
+    except PgfleetError:
+        return text
 
 
 def _hosts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
