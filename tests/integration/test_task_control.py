@@ -195,6 +195,14 @@ def test_retry_on_fails_an_unlisted_exception_at_once(dsn: str) -> None:
     assert job(dsn, refused)["attempt"] == 1
 
 
+def test_a_timeout_is_retried_whatever_retry_on_lists(dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "ctl.slow_listed", max_attempts=2)
+    with worker(dsn), pytest.raises(pgfleet.JobFailed, match=r"timed out after 0\.3s"):
+        pgfleet.result(dsn, job_id, timeout=120)
+    assert job(dsn, job_id)["attempt"] == 2
+    assert events(dsn, job_id) == ["started", "started"]
+
+
 def test_jobs_list_filters_by_meta(dsn: str) -> None:
     a = pgfleet.enqueue(dsn, "ctl.add", {"a": 1, "b": 1}, meta={"customer": 42, "tier": "gold"})
     pgfleet.enqueue(dsn, "ctl.add", {"a": 1, "b": 1}, meta={"customer": 43, "tier": "gold"})

@@ -110,3 +110,14 @@ def _transient(exc: BaseException) -> bool:
 def retry_on_callable(message: str) -> None:
     audit("started")
     raise RuntimeError(message)
+
+
+@pgfleet.task(name="ctl.slow_listed", retry_on=(ConnectionError,), timeout=0.3,
+              backoff={"initial": 0.01, "max": 0.01, "jitter": 0.0})
+def slow_listed() -> None:
+    """Runs past its timeout (in Python, so the interrupt lands): a timeout is retried
+    whatever retry_on lists."""
+    audit("started")
+    end = time.monotonic() + TASK_BOUND
+    while time.monotonic() < end:
+        time.sleep(0.01)
