@@ -84,7 +84,8 @@ def explain_complete(db: Database) -> dict[str, Any]:
     from pgfleet.store import q
 
     sql = (q("complete_succeeded").decode().replace("%(worker)s", "$1")
-           .replace("%(ids)s", "$2").replace("%(attempts)s", "$3"))
+           .replace("%(ids)s", "$2").replace("%(attempts)s", "$3")
+           .replace("%(results)s", "NULL"))
     out: dict[str, Any] = {}
     with db.connect() as conn:
         holder = conn.execute("SELECT id FROM pgfleet.processes WHERE kind = 'worker'"

@@ -26,8 +26,7 @@ from typing import Any
 import psycopg
 
 import pgfleet
-from bench import common
-from bench import scenarios as sc
+from bench import common, scenarios as sc
 from bench.common import Database
 from bench.systems import MODES, Setup, drain
 from pgfleet import client, store
@@ -127,7 +126,7 @@ def _loop(db: Database, n: int, batch: int, mode: str) -> float:
         start = time.perf_counter()
         while done < n:
             finish = {"worker": "probe", "ids": [h[0] for h in held],
-                      "attempts": [h[1] for h in held]}
+                      "attempts": [h[1] for h in held], "results": None}
             if mode == "one_txn":
                 with conn.transaction():
                     if held:
@@ -211,7 +210,8 @@ def complete_plans(db: Database, runs: int) -> None:
     variant that only the primary key can serve: best-of-`runs` execution time of a
     completion of 10/50/100/200 running jobs (EXPLAIN ANALYZE, rolled back)."""
     sql = (store.q("complete_succeeded").decode().replace("%(worker)s", "$1")
-           .replace("%(ids)s", "$2").replace("%(attempts)s", "$3"))
+           .replace("%(ids)s", "$2").replace("%(attempts)s", "$3")
+           .replace("%(results)s", "NULL"))
     db.reset()
     db.insert_jobs(100_000)
     db.vacuum()

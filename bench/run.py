@@ -16,8 +16,7 @@ import os
 import time
 from typing import Any
 
-from bench import drain as comparison
-from bench import scenarios as sc
+from bench import drain as comparison, scenarios as sc
 from bench.common import BENCH_DIR, Database, log, machine, summary
 from bench.sqlloop import sqlloop
 from bench.systems import install_pgqueuer

@@ -8,22 +8,30 @@ hide_in_command()
 
 from pgfleet.client import enqueue, enqueue_job, enqueue_many  # noqa: E402
 from pgfleet.context import JobContext, current_job  # noqa: E402
-from pgfleet.errors import PayloadError, PgfleetError  # noqa: E402
+from pgfleet.control import cancel, cancel_many, result  # noqa: E402
+from pgfleet.errors import JobCancelled, JobFailed, PayloadError, PgfleetError  # noqa: E402
 from pgfleet.rows import Enqueued  # noqa: E402
-from pgfleet.tasks import PermanentError, task  # noqa: E402
+from pgfleet.tasks import PermanentError, Retry, Snooze, task  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Enqueued",
+    "JobCancelled",
     "JobContext",
+    "JobFailed",
     "PayloadError",
     "PermanentError",
     "PgfleetError",
+    "Retry",
+    "Snooze",
     "__version__",
+    "cancel",
+    "cancel_many",
     "current_job",
     "enqueue",
     "enqueue_job",
     "enqueue_many",
+    "result",
     "task",
 ]

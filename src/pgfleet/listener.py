@@ -22,15 +22,19 @@ from pgfleet.errors import DatabaseUnavailable
 log = logging.getLogger("pgfleet.listener")
 
 CHANNEL = "pgfleet_jobs"
+# pgfleet.cancel_jobs (migration 0011) names there the worker of a job it cancelled.
+CANCEL_CHANNEL = "pgfleet_cancel"
 WAKE_ALL = ""  # passed to the callback after a reconnect: "poll every queue now"
 # A silent TCP connection can be dead without either side knowing; probe it this often.
 PROBE_INTERVAL = 15.0
 
 
 class Listener:
-    def __init__(self, dsn: str, on_notify: Callable[[str], None]) -> None:
+    def __init__(self, dsn: str, on_notify: Callable[[str], None],
+                 on_cancel: Callable[[str], None] | None = None) -> None:
         self.dsn = dsn
         self.on_notify = on_notify
+        self.on_cancel = on_cancel
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="pgfleet-listener", daemon=True)
         self.conn: psycopg.Connection[Any] | None = None
@@ -62,12 +66,18 @@ class Listener:
     def _listen(self, reconnect: Reconnect) -> None:
         self.conn = connect(self.dsn, autocommit=True)
         self.conn.execute(f"LISTEN {CHANNEL}")
+        if self.on_cancel is not None:
+            self.conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+            self.on_cancel(WAKE_ALL)
         reconnect.succeeded()
         self.on_notify(WAKE_ALL)
         next_probe = time.monotonic() + PROBE_INTERVAL
         while not self.stopping.is_set():
             for note in self.conn.notifies(timeout=0.5, stop_after=64):
-                self.on_notify(note.payload)
+                if note.channel == CANCEL_CHANNEL and self.on_cancel is not None:
+                    self.on_cancel(note.payload)
+                else:
+                    self.on_notify(note.payload)
             if time.monotonic() >= next_probe:
                 self.conn.execute("SELECT 1")
                 next_probe = time.monotonic() + PROBE_INTERVAL

@@ -33,7 +33,8 @@ jobs_enqueued = Counter(
 jobs_started = Counter("pgfleet_jobs_started", "Jobs a worker started.", ["queue", "task"])
 jobs_finished = Counter(
     "pgfleet_jobs_finished",
-    "Job attempts that ended, by outcome (succeeded, failed, timed_out, crashed, dead).",
+    "Job attempts that ended, by outcome (succeeded, failed, timed_out, crashed, dead,"
+    " cancelled, snoozed).",
     ["queue", "task", "outcome"],
 )
 job_retries = Counter(
@@ -169,7 +170,8 @@ schedule_next_run = Gauge(
 
 # Every label value a counter of a configured queue can take, so each series exists at 0 from
 # the start: increase() cannot see the first event of a series born at 1.
-WORKER_OUTCOMES = ("succeeded", "failed", "timed_out", "crashed", "dead")
+WORKER_OUTCOMES = ("succeeded", "failed", "timed_out", "crashed", "dead", "cancelled",
+                   "snoozed")
 RESTART_REASONS = ("crashed", "killed", "timeout", "recycled", "stale", "start_failed",
                    "lease_lost", "exited")
 

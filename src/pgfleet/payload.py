@@ -18,6 +18,10 @@ PRIORITY_RANGE = (-1000, 1000)
 ATTEMPTS_RANGE = (1, 1000)
 MAX_META_BYTES = 64 * 1024
 MAX_META_DEPTH = 16
+# A task's return value, stored as the job's result (docs/tasks.md), and what it reports
+# as progress: JSON text of at most these many bytes.
+MAX_RESULT_BYTES = 1024 * 1024
+MAX_PROGRESS_BYTES = 4096
 NAME_LIMITS = {"task": 255, "queue": 128, "unique_key": 255, "concurrency_key": 255}
 
 
@@ -150,6 +154,24 @@ def _object_json(field: str, value: Any, limit: int) -> str:
     size = len(text.encode("utf-8"))
     if size > limit:
         raise PayloadError(field, f"is {size} bytes, over the limit of {limit} bytes")
+    return text
+
+
+def value_json(field: str, value: Any, limit: int) -> str:
+    """Any JSON value (a result, a progress report) as JSON text: refuses what is not
+    JSON (naming the type), nested deeper than MAX_DEPTH, or over `limit` bytes."""
+    if not _within_depth(value):
+        raise PayloadError(field, f"nested deeper than {MAX_DEPTH} levels")
+    try:
+        text = _ENCODER.encode(value)
+        size = len(text.encode("utf-8"))
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(field, f"is not JSON-serialisable ({exc})") from None
+    if "\\u0000" in text:
+        raise PayloadError(field, "holds a NUL character, which PostgreSQL's jsonb refuses")
+    if size > limit:
+        raise PayloadError(field, f"is {size} bytes of JSON text, over the limit of {limit} "
+                                  "bytes")
     return text
 
 

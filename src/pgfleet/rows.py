@@ -123,6 +123,11 @@ class JobRecord:
     last_error: str | None
     errors: Any
     unique_key: str | None
+    meta: Any
+    result: Any
+    progress: Any
+    snoozes: int
+    cancel_requested_at: datetime | None
 
 
 
@@ -233,3 +238,37 @@ class NewJobs:
     queue: str
     count: int
     max_id: int
+
+
+
+# Task control (migration 0011).
+
+
+@dataclass(frozen=True)
+class RenewedJob:
+    id: int
+    cancel_requested: bool  # someone asked to cancel it: its worker interrupts it
+
+
+
+@dataclass(frozen=True)
+class CancelledJob:
+    id: int
+    state: str  # 'cancelled' (it was waiting) or 'running' (its worker interrupts it)
+
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    state: str
+    result: str | None  # JSON text
+    last_error: str | None
+
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    id: int
+    queue: str
+    task: str
+    progress: str  # JSON text

@@ -20,78 +20,34 @@ from pgfleet import payload
 from pgfleet.errors import PayloadError, PgfleetError
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
 from pgfleet.rows import (
+    CancelledJob as CancelledJob,
     ClaimedJob as ClaimedJob,
-)
-from pgfleet.rows import (
     Enqueued as Enqueued,
-)
-from pgfleet.rows import (
     Failure as Failure,
-)
-from pgfleet.rows import (
     FireTime as FireTime,
-)
-from pgfleet.rows import (
     HeartbeatAge as HeartbeatAge,
-)
-from pgfleet.rows import (
     HeldJob as HeldJob,
-)
-from pgfleet.rows import (
     HeldKey as HeldKey,
-)
-from pgfleet.rows import (
     JobId as JobId,
-)
-from pgfleet.rows import (
+    JobOutcome as JobOutcome,
+    JobProgress as JobProgress,
     JobQueue as JobQueue,
-)
-from pgfleet.rows import (
     JobRecord as JobRecord,
-)
-from pgfleet.rows import (
     JobState as JobState,
-)
-from pgfleet.rows import (
     JobSummary as JobSummary,
-)
-from pgfleet.rows import (
     KeyedJob as KeyedJob,
-)
-from pgfleet.rows import (
     KeyHolder as KeyHolder,
-)
-from pgfleet.rows import (
     NewJobs as NewJobs,
-)
-from pgfleet.rows import (
     ProcessRow as ProcessRow,
-)
-from pgfleet.rows import (
     QueueAge as QueueAge,
-)
-from pgfleet.rows import (
     QueueCount as QueueCount,
-)
-from pgfleet.rows import (
     QueueName as QueueName,
-)
-from pgfleet.rows import (
     QueueTally as QueueTally,
-)
-from pgfleet.rows import (
+    RenewedJob as RenewedJob,
     RescuedJob as RescuedJob,
-)
-from pgfleet.rows import (
     ScheduleFire as ScheduleFire,
-)
-from pgfleet.rows import (
     ScheduleJob as ScheduleJob,
-)
-from pgfleet.rows import (
     ScheduleLastRun as ScheduleLastRun,
-)
-from pgfleet.rows import (
     ScheduleRunJob as ScheduleRunJob,
 )
 
@@ -262,16 +218,72 @@ def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
 
 
 def complete_succeeded(
-    conn: Conn, *, worker: str, done: Sequence[tuple[int, int]]
+    conn: Conn, *, worker: str, done: Sequence[tuple[int, int]],
+    results: Sequence[str | None] | None = None,
 ) -> set[int]:
-    """Mark (id, attempt) pairs succeeded; returns the ids whose row this worker still held."""
+    """Mark (id, attempt) pairs succeeded, storing each one's result (JSON text, None for
+    none); returns the ids whose row this worker still held."""
     if not done:
         return set()
     rows = _many(
         conn, "complete_succeeded",
-        {"worker": worker, "ids": [d[0] for d in done], "attempts": [d[1] for d in done]},
+        {"worker": worker, "ids": [d[0] for d in done], "attempts": [d[1] for d in done],
+         "results": list(results) if results is not None else [None] * len(done)},
         JobId)
     return {row.id for row in rows}
+
+
+def complete_cancelled(conn: Conn, *, worker: str, done: Sequence[tuple[int, int]]) -> set[int]:
+    """End (id, attempt) pairs cancelled; the ids this worker still held."""
+    if not done:
+        return set()
+    params = {"worker": worker, "ids": [d[0] for d in done], "attempts": [d[1] for d in done]}
+    return {row.id for row in _many(conn, "complete_cancelled", params, JobId)}
+
+
+def complete_snoozed(conn: Conn, *, worker: str, done: Sequence[tuple[int, int, float]],
+                     max_snoozes: int) -> set[int]:
+    """Put (id, attempt, delay) back without spending the attempt; the ids still held
+    that had snoozed fewer than max_snoozes times."""
+    if not done:
+        return set()
+    params = {"worker": worker, "ids": [d[0] for d in done], "max_snoozes": max_snoozes,
+              "attempts": [d[1] for d in done], "delays": [d[2] for d in done]}
+    return {row.id for row in _many(conn, "complete_snoozed", params, JobId)}
+
+
+def write_progress(conn: Conn, *, worker: str,
+                   reports: Sequence[tuple[int, int, str]]) -> None:
+    """Store (id, attempt, progress JSON) of jobs this worker runs."""
+    if reports:
+        _exec(conn, "write_progress", {
+            "worker": worker, "ids": [r[0] for r in reports],
+            "attempts": [r[1] for r in reports], "progress": [r[2] for r in reports]})
+
+
+def cancels_requested(conn: Conn, *, worker: str, ids: Sequence[int]) -> set[int]:
+    """Which of `ids` (running under `worker`) someone asked to cancel."""
+    if not ids:
+        return set()
+    params = {"worker": worker, "ids": list(ids)}
+    return {row.id for row in _many(conn, "cancels_requested", params, JobId)}
+
+
+def cancel_jobs(conn: Conn, *, ids: Sequence[int] | None = None, queue: str | None = None,
+                task: str | None = None) -> dict[int, str]:
+    """Cancel waiting jobs and ask the workers of running ones to stop them:
+    {id: 'cancelled' or 'running'} of the jobs it reached."""
+    params = {"ids": list(ids) if ids is not None else None, "queue": queue, "task": task}
+    return {row.id: row.state for row in _many(conn, "cancel_jobs", params, CancelledJob)}
+
+
+def job_outcome(conn: Conn, job_id: int, *, wait: bool = False) -> JobOutcome | None:
+    """A job's state, result and last error; with `wait`, its end will NOTIFY."""
+    return _maybe(conn, "job_outcome", {"id": job_id, "wait": wait}, JobOutcome)
+
+
+def running_progress(conn: Conn, limit: int = 20) -> list[JobProgress]:
+    return _many(conn, "running_progress", {"limit": limit}, JobProgress)
 
 
 def complete_failed(
@@ -310,12 +322,15 @@ def still_ours(conn: Conn, *, id: int, worker: str, attempt: int) -> bool:
     return _maybe(conn, "still_ours", params, JobId) is not None
 
 
-def renew_leases(conn: Conn, *, worker: str, lease: float, ids: Sequence[int]) -> set[int]:
-    """Extend the leases of the jobs `ids` that `worker` still holds; returns those ids."""
+def renew_leases(conn: Conn, *, worker: str, lease: float,
+                 ids: Sequence[int]) -> dict[int, bool]:
+    """Extend the leases of the jobs `ids` that `worker` still holds; returns {id: whether
+    someone asked to cancel it} of those."""
     if not ids:
-        return set()
+        return {}
     params = {"worker": worker, "lease": lease, "ids": list(ids)}
-    return {row.id for row in _many(conn, "renew_leases", params, JobId)}
+    return {row.id: row.cancel_requested
+            for row in _many(conn, "renew_leases", params, RenewedJob)}
 
 
 def held_by(conn: Conn, *, worker: str) -> list[HeldJob]:
@@ -380,7 +395,9 @@ def dead_keys_held(conn: Conn, queue: str) -> list[HeldKey]:
 
 
 def cancel_job(conn: Conn, job_id: int) -> bool:
-    return _maybe(conn, "cancel_job", {"id": job_id}, JobId) is not None
+    """Cancel a waiting job, or ask a running one's worker to stop it; False if the job
+    is finished or unknown."""
+    return job_id in cancel_jobs(conn, ids=[job_id])
 
 
 def set_paused(conn: Conn, queue: str, paused: bool) -> None:
@@ -396,8 +413,12 @@ def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
     if row is None:
         return None
     job = _as_dict(row)
-    for key, limit in (("args", payload.MAX_ARGS_BYTES), ("errors", None)):
+    for key, limit in (("args", payload.MAX_ARGS_BYTES), ("errors", None),
+                       ("meta", None), ("result", payload.MAX_RESULT_BYTES),
+                       ("progress", None)):
         text = job[key]
+        if text is None:
+            continue
         size = len(text.encode("utf-8"))
         with contextlib.suppress(PayloadError):
             job[key] = payload.load_args(text, size, limit or size, field=key)
@@ -405,10 +426,14 @@ def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
 
 
 def list_jobs(
-    conn: Conn, *, queue: str | None, state: str | None, limit: int
+    conn: Conn, *, queue: str | None, state: str | None, limit: int,
+    meta: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    rows = _many(conn, "list_jobs", {"queue": queue, "state": state, "limit": limit},
-                 JobSummary)
+    """The newest jobs; `meta` keeps those whose meta holds each key with that value
+    (compared as text)."""
+    keys, values = list((meta or {}).keys()), list((meta or {}).values())
+    rows = _many(conn, "list_jobs", {"queue": queue, "state": state, "limit": limit,
+                                     "meta_keys": keys, "meta_values": values}, JobSummary)
     return [_as_dict(row) for row in rows]
 
 

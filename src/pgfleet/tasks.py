@@ -27,6 +27,44 @@ class InvalidArguments(PermanentError):
     """The job's args do not fit the task's signature."""
 
 
+# The longest a Snooze or a Retry may put a job off: a year, like an enqueue's delay.
+MAX_DELAY = 366 * 86400.0
+
+
+def _delay(name: str, seconds: float | timedelta) -> float:
+    value = _seconds(seconds)
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not 0 <= value <= MAX_DELAY:
+        raise ValueError(f"{name}: expected seconds between 0 and {MAX_DELAY:.0f}, "
+                         f"got {seconds!r}")
+    return float(value)
+
+
+class Snooze(Exception):
+    """Raise from a task to run its job again after `seconds` without spending an attempt.
+    A job may snooze MAX_SNOOZES times; after that a snooze spends an attempt like
+    Retry(delay=seconds), so a task that always snoozes still ends."""
+
+    def __init__(self, seconds: float | timedelta) -> None:
+        self.seconds = _delay("Snooze", seconds)
+        super().__init__(f"snoozed for {self.seconds:g}s")
+
+
+class Retry(Exception):
+    """Raise from a task to fail this attempt and run again after `delay` seconds (the
+    task's backoff when None). It spends an attempt: past max_attempts the job is dead."""
+
+    def __init__(self, message: str = "retry requested", *,
+                 delay: float | timedelta | None = None) -> None:
+        self.delay = None if delay is None else _delay("Retry", delay)
+        super().__init__(message)
+
+
+# retry_on: exception classes whose failures are retried, or a function of the exception
+# that says whether to retry. Other exceptions fail the job for good.
+RetryOn = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
 @dataclass(frozen=True)
 class Task:
     name: str
@@ -36,6 +74,19 @@ class Task:
     timeout: float | None = None
     backoff: Backoff | None = None
     is_async: bool = field(default=False)
+    retry_on: RetryOn | None = None
+
+    def retries(self, exc: BaseException) -> bool:
+        """Whether a failure with `exc` may be retried (before max_attempts); a retry_on
+        function that raises counts as no."""
+        if self.retry_on is None:
+            return True
+        if isinstance(self.retry_on, tuple):
+            return isinstance(exc, self.retry_on)
+        try:
+            return bool(self.retry_on(exc))
+        except Exception:
+            return False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -82,6 +133,7 @@ def task(
     max_attempts: int | None = None,
     timeout: float | timedelta | None = None,
     backoff: Backoff | Mapping[str, float] | None = None,
+    retry_on: RetryOn | type[BaseException] | None = None,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
@@ -94,12 +146,16 @@ def task(
     max_attempts: int | None = None,
     timeout: float | timedelta | None = None,
     backoff: Backoff | Mapping[str, float] | None = None,
+    retry_on: RetryOn | type[BaseException] | None = None,
 ) -> Task | Callable[[Callable[..., Any]], Task]:
     """Register a function (plain or `async def`) as a task.
 
     The default name is `module.function`. `queue` and `max_attempts` are defaults for
     enqueueing; `timeout` and `backoff` override the queue's settings for this task.
+    `retry_on` (exception classes, or a function of the exception returning whether to
+    retry) limits which failures are retried: any other fails the job for good.
     """
+    rules = _retry_rules(retry_on)
 
     def register(f: Callable[..., Any]) -> Task:
         task_name = name or f"{f.__module__}.{f.__qualname__}"
@@ -112,12 +168,26 @@ def task(
         created = Task(
             name=task_name, fn=f, queue=queue, max_attempts=max_attempts,
             timeout=_seconds(timeout), backoff=_backoff(backoff),
-            is_async=inspect.iscoroutinefunction(f),
+            is_async=inspect.iscoroutinefunction(f), retry_on=rules,
         )
         _TASKS[task_name] = created
         return created
 
     return register(fn) if fn is not None else register
+
+
+def _retry_rules(value: RetryOn | type[BaseException] | None) -> RetryOn | None:
+    if value is None or isinstance(value, tuple):
+        if value and not all(isinstance(c, type) and issubclass(c, BaseException)
+                             for c in value):
+            raise PgfleetError(f"retry_on: expected exception classes, got {value!r}")
+        return value
+    if isinstance(value, type) and issubclass(value, BaseException):
+        return (value,)
+    if callable(value) and not isinstance(value, type):
+        rule: Callable[[BaseException], bool] = value
+        return rule
+    raise PgfleetError(f"retry_on: expected exception classes or a function, got {value!r}")
 
 
 class Registry:

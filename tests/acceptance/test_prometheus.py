@@ -47,7 +47,9 @@ QUEUES: dict[str, Any] = {
 }
 SCHEDULES = {"tick": {"cron": "* * * * * *", "task": "noop", "queue": "default"}}
 
-OUTCOMES = {"succeeded", "failed", "timed_out", "crashed", "dead"}
+# Zeroed by every worker (metrics.zero_worker_counters), so present without traffic too:
+# the traffic below makes the first five happen; cancelled and snoozed stay at zero.
+OUTCOMES = {"succeeded", "failed", "timed_out", "crashed", "dead", "cancelled", "snoozed"}
 ALERT_NAMES = {
     "PgfleetBacklogTooOld", "PgfleetDeadJobsIncreasing", "PgfleetWorkerCrashed",
     "PgfleetQueueCrashLooping", "PgfleetHostDown", "PgfleetNoSupervisor",

@@ -109,7 +109,7 @@ def test_cancel_a_queued_job(dsn: str) -> None:
     assert out.returncode == 0 and "cancelled" in out.stdout
     again = subprocess.run([sys.executable, "-m", "pgfleet", "jobs", "cancel", str(job_id)],
                            capture_output=True, text=True)
-    assert again.returncode == 1 and "only queued jobs cancel" in again.stderr
+    assert again.returncode == 1 and "only queued and running jobs cancel" in again.stderr
     assert states(dsn) == {"cancelled": 1}
 
 

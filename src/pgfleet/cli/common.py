@@ -15,8 +15,7 @@ import click
 import psycopg
 
 from pgfleet import store
-from pgfleet.cli.devstate import default_root as dev_root
-from pgfleet.cli.devstate import read as read_state
+from pgfleet.cli.devstate import default_root as dev_root, read as read_state
 from pgfleet.cli.preflight import missing_modules
 from pgfleet.cli.terminal_text import shown
 from pgfleet.config import Config, ConfigError, load_config

@@ -32,8 +32,7 @@ from pgfleet.cli.common import (
     required_config_path,
     root_obj,
 )
-from pgfleet.cli.devstate import STOP_MARGIN, DevState, forget, record, stop
-from pgfleet.cli.devstate import read as read_state
+from pgfleet.cli.devstate import STOP_MARGIN, DevState, forget, read as read_state, record, stop
 from pgfleet.cli.preflight import WEB_EXTRA
 from pgfleet.cli.run import supervise
 from pgfleet.config import Config, WebConfig, parse_listen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -28,13 +29,23 @@ def jobs() -> None:
 @click.option("--state", type=click.Choice(["queued", "running", "succeeded", "dead",
                                             "cancelled"]))
 @click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
+@click.option("--meta", "metas", multiple=True, metavar="KEY=VALUE",
+              help="Only jobs whose meta has KEY equal to VALUE (compared as text); "
+                   "repeat to require several.")
 @json_option
 @global_options
 @friendly
-def jobs_list(queue: str | None, state: str | None, limit: int, as_json: bool) -> None:
-    """The newest jobs, optionally of one queue or state."""
+def jobs_list(queue: str | None, state: str | None, limit: int, metas: tuple[str, ...],
+              as_json: bool) -> None:
+    """The newest jobs, optionally of one queue, state or meta."""
+    meta = {}
+    for item in metas:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--meta {item!r}: expected KEY=VALUE", EXIT_USAGE)
+        meta[key] = value
     with database() as conn:
-        rows = store.list_jobs(conn, queue=queue, state=state, limit=limit)
+        rows = store.list_jobs(conn, queue=queue, state=state, limit=limit, meta=meta)
 
     def table(rows: list[dict[str, Any]]) -> None:
         click.echo(f"{'ID':>10}  {'QUEUE':<14} {'STATE':<10} {'ATTEMPT':>7}  TASK")
@@ -62,6 +73,9 @@ def jobs_show(job_id: int, as_json: bool) -> None:
             if key == "errors" and isinstance(value, list):
                 for entry in value:
                     click.echo(error_line(entry))
+            elif key in ("meta", "result", "progress") and not isinstance(value, str):
+                # JSON as JSON: a result of None prints `null`, a dict with double quotes.
+                click.echo(f"{key}: {shortened(json.dumps(value, ensure_ascii=False))}")
             else:
                 click.echo(f"{key}: {shortened(str(value))}")
 
@@ -116,12 +130,33 @@ def jobs_retry(job_id: int | None, queue: str | None) -> None:
 
 
 @jobs.command("cancel")
-@click.argument("job_id", type=int)
+@click.argument("job_ids", metavar="[JOB_ID]...", type=int, nargs=-1)
+@click.option("--queue", help="Cancel the unfinished jobs of this queue.")
+@click.option("--task", help="Cancel the unfinished jobs of this task.")
+@json_option
 @global_options
 @friendly
-def jobs_cancel(job_id: int) -> None:
-    """Cancel a job that is still waiting."""
+def jobs_cancel(job_ids: tuple[int, ...], queue: str | None, task: str | None,
+                as_json: bool) -> None:
+    """Cancel jobs: waiting ones will not run; running ones are stopped by their worker
+    within about a second and end cancelled. With --queue and/or --task, every unfinished
+    job that matches (and, with JOB_IDs, is one of them)."""
+    if not job_ids and queue is None and task is None:
+        fail("missing what to cancel: give JOB_IDs, --queue or --task", EXIT_USAGE)
     with database() as conn:
-        if not store.cancel_job(conn, job_id):
-            fail(f"job {job_id} is not waiting (or does not exist); only queued jobs cancel")
-    click.echo(f"job {job_id} cancelled")
+        found = store.cancel_jobs(conn, ids=list(job_ids) or None, queue=queue, task=task)
+    missed = [job_id for job_id in job_ids if job_id not in found]
+    rows = [{"id": job_id, "state": "cancelled" if state == "cancelled" else "cancelling"}
+            for job_id, state in sorted(found.items())]
+
+    def text(rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            click.echo(f"job {row['id']} cancelled" if row["state"] == "cancelled" else
+                       f"job {row['id']} is running: its worker stops it (cancelling)")
+        if not job_ids:
+            click.echo(f"{len(rows)} job(s) cancelled or cancelling")
+
+    emit(rows, as_json, text)
+    if missed:
+        fail(f"job(s) {', '.join(map(str, missed))} not cancelled: finished, not matching "
+             "the filters, or unknown; only queued and running jobs cancel")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
 import psycopg
 
-from pgfleet import migrations, store
+from pgfleet import migrations, payload, store
 from pgfleet.cli.common import database, emit, friendly, global_options, json_option
 from pgfleet.errors import PgfleetError
+
+# Running jobs whose progress `status` lists (the newest), so a busy fleet stays readable.
+PROGRESS_SHOWN = 20
 
 QUEUE_COLUMNS = (
     ("QUEUE", "queue"), ("WAITING", "waiting"), ("SCHEDULED", "scheduled"),
@@ -32,6 +36,7 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         finished = store.finished_last_minute(conn)
         paused = store.paused_queues(conn)
         processes = store.processes(conn)
+        progress = store.running_progress(conn, PROGRESS_SHOWN)
     failed = _failed_on(processes)
     names = ({c[0] for c in counts} | set(oldest) | set(finished) | paused | set(failed)
              | {p["queue"] for p in processes if p["queue"]})
@@ -50,7 +55,19 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         }
         for name in sorted(names)
     ]
-    return {"queues": queues, "hosts": _hosts(processes)}
+    reports = [{"id": p.id, "queue": p.queue, "task": p.task,
+                "progress": _decoded(p.progress)} for p in progress]
+    return {"queues": queues, "hosts": _hosts(processes), "progress": reports}
+
+
+def _decoded(text: str) -> Any:
+    """A progress report; its JSON text when decoding it is refused (a row written by
+    hand, too deep or too large), so that status always prints."""
+    try:
+        return payload.load_args(text, len(text.encode("utf-8")), payload.MAX_RESULT_BYTES,
+                                 field="progress")
+    except PgfleetError:
+        return text
 
 
 def _failed_on(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
@@ -147,7 +164,21 @@ def render(data: dict[str, Any]) -> str:
             rows.append(("  (no supervisor registered)", None))
             rows += [("    ", p) for p in host["unattached"]]
     lines += _process_lines(rows)
+    lines += _progress_lines(data.get("progress", []))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _progress_lines(reports: list[dict[str, Any]]) -> list[str]:
+    """What running jobs last reported: a number as a percentage, a dict as JSON."""
+    if not reports:
+        return []
+    lines = ["", f"PROGRESS (running jobs, newest {PROGRESS_SHOWN})"]
+    for r in reports:
+        value = r["progress"]
+        shown = (f"{value * 100:.0f}%" if isinstance(value, int | float)
+                 else json.dumps(value, ensure_ascii=False)[:200])
+        lines.append(f"  job {r['id']}  {r['queue']}  {r['task']}  {shown}")
+    return lines
 
 
 def _process_lines(rows: list[tuple[str, dict[str, Any] | None]]) -> list[str]:

@@ -22,6 +22,9 @@ GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestampt
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_jobs(text[], text[], text[], integer[], timestamptz[], float8[], integer[], text[], text[], text[]) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.jobs_holding_keys(text[], text[]) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.cancel_jobs(bigint[], text, text) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.job_outcome(bigint, boolean) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.job_result(bigint) TO {runtime};
 
 -- role: runtime-pooler
 -- Only with PGFLEET_DATABASE_POOLER=transaction: PgBouncer refuses the startup option that
@@ -41,3 +44,6 @@ GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestampt
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {producer};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_jobs(text[], text[], text[], integer[], timestamptz[], float8[], integer[], text[], text[], text[]) TO {producer};
 GRANT EXECUTE ON FUNCTION pgfleet.jobs_holding_keys(text[], text[]) TO {producer};
+-- A producer may wait for the jobs it added and read their results.
+GRANT EXECUTE ON FUNCTION pgfleet.job_outcome(bigint, boolean) TO {producer};
+GRANT EXECUTE ON FUNCTION pgfleet.job_result(bigint) TO {producer};

@@ -71,9 +71,12 @@ RETURNING j.id, j.task,
 
 -- name: complete_succeeded :many
 -- R2: fenced by holder and attempt; a job whose lease was taken over is not touched.
+-- Each job's return value (JSON text, NULL for None) is stored in the same statement.
 UPDATE pgfleet.jobs j
-   SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
+   SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
+       result = d.result::jsonb
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
+       AS d(id, attempt, result)
  WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id
@@ -92,6 +95,63 @@ UPDATE pgfleet.jobs j
  WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id, j.state::text AS state, j.run_at
+
+-- name: complete_cancelled :many
+-- Task control (migration 0011): a running job cancelled by request ends cancelled.
+-- Fenced like complete_succeeded.
+UPDATE pgfleet.jobs j
+   SET state = 'cancelled', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
+       last_error = 'cancelled while running (attempt ' || j.attempt || ')'
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
+ WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+   AND j.lease_holder = %(worker)s
+RETURNING j.id
+
+-- name: complete_snoozed :many
+-- pgfleet.Snooze: back to queued after the delay without spending the attempt (the
+-- attempt number is given back, like rescue_holder does for a shared crash). Fenced, and
+-- bounded: a job that snoozed max_snoozes times is not returned (the worker fails it).
+UPDATE pgfleet.jobs j
+   SET state = 'queued', run_at = now() + make_interval(secs => d.delay),
+       attempt = j.attempt - 1, snoozes = j.snoozes + 1,
+       lease_holder = NULL, lease_expires_at = NULL
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[])
+       AS d(id, attempt, delay)
+ WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+   AND j.lease_holder = %(worker)s AND j.snoozes < %(max_snoozes)s
+RETURNING j.id
+
+-- name: write_progress :exec
+-- What running tasks last reported (pgfleet.current_job().progress), written by the
+-- worker's main thread at most about once a second per job. Fenced.
+UPDATE pgfleet.jobs j SET progress = d.progress::jsonb
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[])
+       AS d(id, attempt, progress)
+ WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+   AND j.lease_holder = %(worker)s
+
+-- name: cancels_requested :many
+-- The jobs among `ids` this worker runs that someone asked to cancel (after a NOTIFY on
+-- pgfleet_cancel naming this worker).
+SELECT id FROM pgfleet.jobs
+ WHERE id = ANY(%(ids)s::bigint[]) AND lease_holder = %(worker)s AND state = 'running'
+   AND cancel_requested_at IS NOT NULL
+
+-- name: cancel_jobs :many
+-- Waiting jobs cancelled now, running ones marked and their workers told (0011).
+SELECT c.id, c.state FROM pgfleet.cancel_jobs(%(ids)s::bigint[], %(queue)s, %(task)s) AS c
+
+-- name: job_outcome :maybe
+-- A job's end as pgfleet.result sees it; with wait, its end will send a NOTIFY.
+SELECT o.state, o.result::text AS result, o.last_error
+  FROM pgfleet.job_outcome(%(id)s, %(wait)s) AS o
+
+-- name: running_progress :many
+-- `pgfleet status`: the running jobs that reported progress, newest first.
+SELECT id, queue, task, progress::text AS progress FROM pgfleet.jobs
+ WHERE state = 'running' AND progress IS NOT NULL
+ ORDER BY id DESC
+ LIMIT %(limit)s
 
 -- name: give_back :many
 -- Shutdown: jobs this worker did not finish, whose threads are known stopped, go back. The
@@ -119,9 +179,10 @@ RETURNING j.id
 -- Only the jobs the worker knows it runs: a claim committed just before a crash may never
 -- have reached the worker, and renewing that row too would hold it forever. Its lease
 -- runs out and rescue_expired gives it back.
+-- cancel_requested: someone asked to cancel the job (the fallback when no NOTIFY came).
 UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
  WHERE lease_holder = %(worker)s AND state = 'running' AND id = ANY(%(ids)s::bigint[])
-RETURNING id
+RETURNING id, cancel_requested_at IS NOT NULL AS cancel_requested
 
 -- name: held_by :many
 -- The running jobs a dead worker held, for the rescue below to price their retries: with
@@ -230,10 +291,6 @@ SELECT id FROM pgfleet.jobs
    AND attempt = %(attempt)s
    FOR SHARE
 
--- name: cancel_job :maybe
-UPDATE pgfleet.jobs SET state = 'cancelled', finished_at = now()
- WHERE id = %(id)s AND state = 'queued'
-RETURNING id
 
 -- name: notify_queue :exec
 SELECT FROM pgfleet.notify_queue(%(queue)s)
@@ -247,7 +304,8 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now()
 -- prints (a row nested 2,000 deep once crashed the decoder).
 SELECT id, queue, task, args::text AS args, state::text, priority, run_at, attempt, max_attempts,
        lease_holder, lease_expires_at, created_at, started_at, finished_at, last_error,
-       errors::text AS errors, unique_key
+       errors::text AS errors, unique_key, meta::text AS meta, result::text AS result,
+       progress::text AS progress, snoozes, cancel_requested_at
   FROM pgfleet.jobs WHERE id = %(id)s
 
 -- name: list_jobs :many
@@ -256,6 +314,10 @@ SELECT id, queue, task, state::text, priority, run_at, attempt, max_attempts, cr
   FROM pgfleet.jobs
  WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(state)s::text IS NULL OR state = %(state)s::pgfleet.job_state)
+   -- --meta key=value: the value compared as text, so 42 matches {"k": 42} and {"k": "42"}.
+   AND NOT EXISTS (SELECT 1 FROM unnest(%(meta_keys)s::text[], %(meta_values)s::text[])
+                                 AS m(key, value)
+                    WHERE (meta ->> m.key) IS DISTINCT FROM m.value)
  ORDER BY id DESC
  LIMIT %(limit)s
 

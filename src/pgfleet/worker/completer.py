@@ -15,6 +15,19 @@ from pgfleet.backoff import Backoff
 from pgfleet.worker.executor import Executor, Outcome
 from pgfleet.worker.job_log import attempt_failed, lease_lost
 
+# Snoozes one job may take without spending attempts; past it a snooze spends one, so a
+# task that always snoozes still ends (after MAX_SNOOZES + max_attempts runs).
+MAX_SNOOZES = 100
+
+
+def ended(outcome: Outcome) -> str:
+    """How the attempt ended, as recorded: cancelled, snoozed, failed or succeeded."""
+    if outcome.cancelled:
+        return "cancelled"
+    if outcome.snooze is not None:
+        return "snoozed"
+    return "failed" if outcome.error is not None else "succeeded"
+
 
 class MetricCache:
     """Labelled children of metrics, cached: .labels() costs a lock and a lookup, and the
@@ -66,19 +79,15 @@ class Completer:
         batch = self.pending
         if not batch:
             return Flushed(0, None, 0)
-        successes = [(o.running.job.id, o.running.job.attempt) for o in batch if o.error is None]
-        failures = [self._failure(o) for o in batch if o.error is not None]
         claimed: list[store.ClaimedJob] | None = None
         if claim_limit > 0:
             with conn.transaction():
-                held = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
-                states = store.complete_failed(conn, worker=self.worker_id, failures=failures)
+                held, states = self._complete(conn, batch)
                 claimed = store.claim(conn, queue=self.queue, limit=claim_limit,
                                       worker=self.worker_id, lease=lease,
                                       args_limit=self.executor.args_limit)
         else:
-            held = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
-            states = store.complete_failed(conn, worker=self.worker_id, failures=failures)
+            held, states = self._complete(conn, batch)
         self.pending = []
         # Counters move once per batch and label set: at high load a flush serves dozens
         # of jobs, and each metric update takes a lock and a file write.
@@ -90,6 +99,34 @@ class Completer:
             self.metric(metric, *labels).inc(count)
         return Flushed(len(batch), claimed, claim_limit)
 
+    def _complete(self, conn: psycopg.Connection[Any], batch: list[Outcome]
+                  ) -> tuple[set[int], dict[int, store.JobState]]:
+        """The batch's completions: the ids held among successes, cancellations and
+        snoozes, and the new states of failures. Cancellations and snoozes are rare: their
+        statements run only when the batch has some."""
+        worker = self.worker_id
+        successes = [o for o in batch if ended(o) == "succeeded"]
+        held = store.complete_succeeded(
+            conn, worker=worker, done=[(o.running.job.id, o.running.job.attempt)
+                                       for o in successes],
+            results=[o.result for o in successes])
+        held |= store.complete_cancelled(conn, worker=worker, done=[
+            (o.running.job.id, o.running.job.attempt) for o in batch
+            if ended(o) == "cancelled"])
+        snoozes = [o for o in batch if ended(o) == "snoozed"]
+        if snoozes:
+            snoozed = store.complete_snoozed(conn, worker=worker, done=[
+                (o.running.job.id, o.running.job.attempt, o.snooze or 0.0) for o in snoozes],
+                max_snoozes=MAX_SNOOZES)
+            held |= snoozed
+            for o in snoozes:
+                if o.running.job.id not in snoozed:  # past MAX_SNOOZES: spends an attempt
+                    o.error = (f"snoozed {MAX_SNOOZES} times already: this snooze spends "
+                               "an attempt")
+                    o.retry_delay, o.snooze = o.snooze, None
+        failures = [self._failure(o) for o in batch if ended(o) == "failed"]
+        return held, store.complete_failed(conn, worker=worker, failures=failures)
+
     def any_timed_out(self) -> bool:
         return any(o.timed_out for o in self.pending)
 
@@ -97,9 +134,11 @@ class Completer:
         job = outcome.running.job
         task = outcome.running.task
         backoff = (task.backoff if task and task.backoff else None) or self.backoff
+        delay = (backoff.delay(job.attempt) if outcome.retry_delay is None
+                 else outcome.retry_delay)
         return store.Failure(
             id=job.id, attempt=job.attempt, error=outcome.error or "",
-            delay=backoff.delay(job.attempt), final=outcome.final,
+            delay=delay, final=outcome.final,
         )
 
     def _account(self, outcome: Outcome, held: set[int], states: dict[int, store.JobState]
@@ -111,11 +150,13 @@ class Completer:
         self.jobs_done += 1
         queue, label = self.queue, running.label
         self.metric(metrics.job_duration, queue, label).observe(outcome.seconds)
-        if outcome.error is None and job.id in held:
-            return [(metrics.jobs_finished, (queue, label, "succeeded"))]
-        if outcome.error is not None and job.id in states:
+        kind = ended(outcome)
+        if kind != "failed" and job.id in held:
+            return [(metrics.jobs_finished, (queue, label, kind))]
+        if kind == "failed" and job.id in states:
             after = states[job.id]
-            attempt_failed(job, queue, outcome.error, timed_out=outcome.timed_out, after=after)
+            attempt_failed(job, queue, outcome.error or "", timed_out=outcome.timed_out,
+                           after=after)
             kind = "timed_out" if outcome.timed_out else "failed"
             follow = ((metrics.jobs_finished, (queue, label, "dead")) if after.state == "dead"
                       else (metrics.job_retries, (queue, label)))

@@ -14,12 +14,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pgfleet import context, metrics, payload, store
 from pgfleet.errors import PayloadError
-from pgfleet.tasks import PermanentError, Registry, Task
+from pgfleet.tasks import PermanentError, Registry, Retry, Snooze, Task
 from pgfleet.worker.job_log import UnknownTasks, interrupted
 
 log = logging.getLogger("pgfleet.worker")
@@ -42,6 +42,16 @@ class WorkerStopping(BaseException):
     thread has left the task, the job may be given back."""
 
 
+class Cancelled(BaseException):
+    """Raised inside a job's thread CANCEL_GRACE seconds after someone cancelled its job,
+    if the task has not returned by then. A BaseException: cleanup goes in `finally`."""
+
+
+# How long a cancelled task has to notice `current_job().cancelled` and return before the
+# worker interrupts it (then, like a timeout, kill_grace before the process is replaced).
+CANCEL_GRACE = 0.5
+
+
 class UnknownTask(Exception):
     """An unknown task is retried with backoff: during a rolling deploy another host may
     know it. After max_attempts it is dead like any failure."""
@@ -61,6 +71,8 @@ class Running:
     thread_id: int | None = None
     interrupted: bool = False
     lost: bool = False  # the row is no longer held by this worker at this attempt
+    control: context.JobControl = field(default_factory=context.JobControl)
+    progress_written_at: float = 0.0  # the main thread's throttle of progress writes
 
 
 @dataclass
@@ -71,6 +83,10 @@ class Outcome:
     timed_out: bool = False
     stopped: bool = False  # ended by WorkerStopping: to be given back, not recorded
     seconds: float = 0.0
+    result: str | None = None  # the return value as JSON text (None: the task returned None)
+    cancelled: bool = False  # someone cancelled the job while it ran: it ends cancelled
+    snooze: float | None = None  # pgfleet.Snooze: back after this many seconds, no attempt
+    retry_delay: float | None = None  # pgfleet.Retry(delay=...): instead of the backoff
 
 
 def truncate(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -152,7 +168,7 @@ class Executor:
                     return
                 put(self._execute(running))
                 wake()
-            except (JobTimeout, LeaseLost, WorkerStopping):
+            except (JobTimeout, LeaseLost, WorkerStopping, Cancelled):
                 # An interrupt that landed just after its job had ended: nothing to do.
                 continue
 
@@ -166,10 +182,12 @@ class Executor:
         job = running.job
         context.set_current(context.JobContext(
             id=job.id, queue=self.queue, task=job.task, attempt=job.attempt,
-            max_attempts=job.max_attempts, worker=self.worker_id,
+            max_attempts=job.max_attempts, worker=self.worker_id, control=running.control,
         ))
         try:
-            self._call(running)
+            outcome.result = _result_json(self._call(running))
+        except Cancelled:
+            outcome.cancelled = True
         except JobTimeout:
             outcome.error = f"timed out after {running.timeout:.1f}s"
             outcome.timed_out = True
@@ -181,19 +199,32 @@ class Executor:
         except PermanentError as exc:
             outcome.error = describe_exception(exc)
             outcome.final = True
+        except Snooze as exc:
+            outcome.snooze = exc.seconds
+        except Retry as exc:
+            outcome.error = describe_exception(exc)
+            outcome.retry_delay = exc.delay
         except BaseException as exc:
             outcome.error = describe_exception(exc)
+            # retry_on: a failure the task did not list fails the job for good.
+            outcome.final = running.task is not None and not running.task.retries(exc)
         finally:
             with self.guard:
                 running.thread_id = None
             context.set_current(None)
         outcome.seconds = time.monotonic() - started
+        # However the task ended, a job cancelled meanwhile ends cancelled (a task that saw
+        # current_job().cancelled and returned stopped cleanly); a lost row stays lost.
+        outcome.cancelled = (outcome.cancelled or running.control.cancelled) \
+            and not outcome.stopped and not running.lost
         return outcome
 
-    def _call(self, running: Running) -> None:
+    def _call(self, running: Running) -> Any:
         job, task = running.job, running.task
         if running.lost:
             raise LeaseLost()  # taken over while it waited for a thread (prefetch)
+        if running.control.cancelled:
+            raise Cancelled()  # cancelled while it waited for a thread
         if task is None:
             raise UnknownTask(f"unknown task {job.task!r}")
         try:
@@ -204,9 +235,8 @@ class Executor:
         bound = task.bind(args)
         if task.is_async:
             remaining = max(0.001, running.deadline - time.monotonic())
-            asyncio.run(_with_timeout(task.fn(*bound.args, **bound.kwargs), remaining))
-        else:
-            task.fn(*bound.args, **bound.kwargs)
+            return asyncio.run(_with_timeout(task.fn(*bound.args, **bound.kwargs), remaining))
+        return task.fn(*bound.args, **bound.kwargs)
 
     # ---- from the main thread -------------------------------------------------------------
 
@@ -234,10 +264,42 @@ class Executor:
                     withdrawn.add(job_id)
         return withdrawn
 
+    def cancel(self, running: Running) -> None:
+        """Someone cancelled the job: tell the task (current_job().cancelled) and bring its
+        deadline to CANCEL_GRACE from now, so the timeout path interrupts it with
+        Cancelled and, past kill_grace, replaces a process stuck in C."""
+        if running.control.cancelled:
+            return
+        running.control.cancelled = True
+        log.info("job %d was cancelled; it has %.1fs to stop before it is interrupted",
+                 running.job.id, CANCEL_GRACE)
+        with self.guard:
+            # Only while a thread is inside the task: a job that has ended waits for its
+            # commit, and a job not yet started raises Cancelled before any task code.
+            if running.thread_id is not None and not running.interrupted:
+                running.deadline = min(running.deadline, time.monotonic() + CANCEL_GRACE)
+
+    def progress_due(self, now: float, every: float) -> list[tuple[int, int, str]]:
+        """(id, attempt, progress JSON) of jobs whose latest report is unwritten and whose
+        last write is `every` seconds old; marks them written."""
+        due = []
+        for running in self.running.values():
+            control = running.control
+            text, reported = control.progress, control.reported
+            if text is None or reported == control.written \
+                    or now - running.progress_written_at < every:
+                continue
+            control.written = reported
+            running.progress_written_at = now
+            due.append((running.job.id, running.job.attempt, text))
+        return due
+
     def interrupt(self, running: Running, reason: type[BaseException] = JobTimeout) -> None:
         """Raise `reason` in the job's thread at its next bytecode. A thread blocked in C
         (a sleep, a socket read) sees it only when that call returns."""
-        if reason is JobTimeout:
+        if reason is JobTimeout and running.control.cancelled:
+            reason = Cancelled  # the deadline cancel() brought forward
+        if reason in (JobTimeout, Cancelled):
             running.interrupted = True
         elif reason is LeaseLost:
             running.lost = True
@@ -250,9 +312,23 @@ class Executor:
         if reason is WorkerStopping:
             log.warning("job %d must stop: the worker is stopping; interrupting it",
                         running.job.id)
+        elif reason is Cancelled:
+            log.warning("job %d was cancelled and has not stopped; interrupting it",
+                        running.job.id)
         else:
             interrupted(running.job, self.queue, timed_out=reason is JobTimeout,
                         timeout=running.timeout)
+
+
+def _result_json(value: Any) -> str | None:
+    """A task's return value as the job's result. One that is not JSON or too large fails
+    the job for good: running it again would repeat its side effects to the same end."""
+    if value is None:
+        return None
+    try:
+        return payload.value_json("result", value, payload.MAX_RESULT_BYTES)
+    except PayloadError as exc:
+        raise PermanentError(f"the task's return value could not be stored: {exc}") from None
 
 
 async def _with_timeout(coro: Any, seconds: float) -> Any:

@@ -39,7 +39,8 @@ class Leases:
 
     def renew(self, conn: psycopg.Connection[Any], executor: Executor) -> None:
         """Heartbeat the process row and renew every running job's lease in one
-        transaction; interrupt the jobs whose rows are no longer ours."""
+        transaction; interrupt the jobs whose rows are no longer ours, and cancel those
+        someone asked to cancel."""
         # Taken before the statement: the server's new expiry is at least this late.
         sent = time.monotonic()
         with conn.transaction():
@@ -50,6 +51,9 @@ class Leases:
         for job_id, running in list(executor.running.items()):
             if job_id not in renewed and not running.lost:
                 executor.interrupt(running, LeaseLost)
+            elif renewed.get(job_id):
+                # Cancelled, and no NOTIFY reached us (notifications off, or lost).
+                executor.cancel(running)
         self.next_renewal = time.monotonic() + self.heartbeat_interval
 
     def expiring(self, now: float, busy: int) -> bool:

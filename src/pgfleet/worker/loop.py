@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -33,6 +34,7 @@ from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
 from pgfleet.worker.completer import Completer, MetricCache
+from pgfleet.worker.control import TaskControl
 from pgfleet.worker.events import WorkerEvents
 from pgfleet.worker.executor import Executor, Running, WorkerStopping
 from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
@@ -67,6 +69,15 @@ def jobs_running(count: int) -> str:
     return f"{count} job" if count == 1 else f"{count} jobs"
 
 
+def _watchdog(leases: Leases, held: Callable[[], int]) -> threading.Event:
+    """The lease watchdog, started only by a worker that owns its process, since only such
+    a worker may end it: one run on another thread lives in someone else's process (a
+    test, an application) and relies on its loop's check."""
+    if threading.current_thread() is threading.main_thread():
+        return start_watchdog(leases, held)
+    return threading.Event()
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -87,6 +98,8 @@ class Worker(ChildProcess):
                                    metric=self.metric)
         self.leases = Leases(worker_id=settings.worker_id, lease=settings.lease,
                              heartbeat_interval=settings.heartbeat_interval)
+        self.control = TaskControl(worker_id=settings.worker_id, executor=self.executor,
+                                   wake=self.wakeup.poke)
         self.conn: psycopg.Connection[Any] | None = None
         self.listener: Listener | None = None
         self.claim_due = True
@@ -116,13 +129,10 @@ class Worker(ChildProcess):
             return self.exit_code
         publish_defaults(self.conn, self.s.defaults, self.s.dsn)
         self.executor.start(self.s.threads)
-        # Only a worker that owns its process may end it: one run on another thread lives
-        # in someone else's process (a test, an application) and relies on its loop's check.
-        watchdog = (start_watchdog(self.leases, lambda: len(self.running))
-                    if threading.current_thread() is threading.main_thread()
-                    else threading.Event())
+        watchdog = _watchdog(self.leases, lambda: len(self.running))
         if self.s.notify:
-            self.listener = Listener(self.s.dsn, self._on_notify)
+            self.listener = Listener(self.s.dsn, self._on_notify,
+                                     on_cancel=self.control.on_cancel)
             self.listener.start()
         metrics.workers.labels(self.s.queue).inc()
         metrics.zero_worker_counters(self.s.queue, self.s.registry.names())
@@ -178,6 +188,7 @@ class Worker(ChildProcess):
         horizon = min(self.next_poll, self.leases.next_renewal)
         if self.notified:
             horizon = min(horizon, self.next_notified_claim)
+        horizon = min(horizon, self.control.wait_limit())
         if self.conn is None:
             horizon = self.reconnect.not_before
         return max(0.0, min(horizon - time.monotonic(), BEAT_EVERY))
@@ -195,6 +206,7 @@ class Worker(ChildProcess):
             self._flush()
             if self.leases.due(now):
                 self._renew()
+            self.control.database_work(self.conn, now)
             if self._should_claim(now):
                 self._claim()
         except (psycopg.OperationalError, DatabaseUnavailable) as exc:
@@ -321,7 +333,7 @@ class Worker(ChildProcess):
         late, stuck = self.executor.overdue(now, self.s.kill_grace)
         for running in late:
             self.executor.interrupt(running)
-            self.events.timeouts += 1
+            self.events.timeouts += not running.control.cancelled  # cancels are no timeouts
         for running in stuck:
             self._abandon(running)
 
