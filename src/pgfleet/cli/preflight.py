@@ -62,6 +62,20 @@ def import_problems(config: Config) -> list[str]:
             first = text.splitlines()[0] if text else ""
             problems.append(f"{where}: task module {module!r} fails to import: "
                             f"{type(exc).__name__}: {first}".rstrip(": "))
+    return problems + middleware_problems(config)
+
+
+def middleware_problems(config: Config) -> list[str]:
+    """One line per `middleware:` entry that does not name an importable callable."""
+    from pgfleet.errors import PgfleetError
+    from pgfleet.middleware import resolve
+
+    problems = []
+    for index, name in enumerate(config.middleware):
+        try:
+            resolve(name)
+        except PgfleetError as exc:
+            problems.append(f"{config.where('middleware', index)}: {exc}")
     return problems
 
 
