@@ -1,0 +1,74 @@
+"""Middleware named in the configuration wraps every job a supervised worker runs: each
+attempt of each job, failed, retried, dead or of an unknown task, with its outcome."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import pgfleet
+from pgfleet import middleware
+from pgfleet.errors import PgfleetError
+from tests.support.fleet import Fleet, config_text
+from tests.support.workers import wait_for
+
+
+def audit_events(dsn: str) -> dict[tuple[int, int], list[str]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT job_id, attempt, event FROM audit"
+                            " WHERE event LIKE 'mw:%' ORDER BY at").fetchall()
+    seen: dict[tuple[int, int], list[str]] = {}
+    for job_id, attempt, event in rows:
+        seen.setdefault((job_id, attempt), []).append(event)
+    return seen
+
+
+def test_a_configured_middleware_sees_every_attempt_of_every_job(
+        dsn: str, tmp_path: Path) -> None:
+    ok = pgfleet.enqueue_many(dsn, [{"task": "noop"} for _ in range(5)])
+    retried = pgfleet.enqueue(dsn, "fail_once", max_attempts=3)
+    dead = pgfleet.enqueue(dsn, "fail", max_attempts=2)
+    unknown = pgfleet.enqueue(dsn, "no.such.task", max_attempts=1)
+    text = config_text({"default": {"processes": 2, "threads": 2}},
+                       middleware=["tests.integrations.recorder.record"])
+    fleet = Fleet(dsn, tmp_path, text).start()
+    try:
+        expected = 5 + 2 + 2 + 1
+        wait_for(lambda: sum(len(v) for v in audit_events(dsn).values()) >= expected,
+                 timeout=60)
+    finally:
+        fleet.stop()
+    seen = audit_events(dsn)
+    wanted = {(job_id, 1): ["mw:noop:succeeded"] for job_id in ok}
+    wanted |= {(retried, 1): ["mw:fail_once:failed"], (retried, 2): ["mw:fail_once:succeeded"],
+               (dead, 1): ["mw:fail:failed"], (dead, 2): ["mw:fail:failed"],
+               (unknown, 1): ["mw:no.such.task:failed"]}
+    assert seen == wanted
+
+
+def test_a_middleware_that_swallows_an_exception_cannot_hide_a_failure() -> None:
+    from contextlib import contextmanager
+
+    @contextmanager
+    def swallow(event: object):  # type: ignore[no-untyped-def]
+        try:
+            yield
+        except RuntimeError:
+            pass
+
+    middleware.register(swallow)
+    try:
+        with pytest.raises(RuntimeError, match="boom"), middleware.around(
+                middleware.Enqueueing(jobs=[])):
+            raise RuntimeError("boom")
+    finally:
+        middleware.unregister(swallow)
+
+
+def test_an_unknown_middleware_name_is_one_clear_line() -> None:
+    with pytest.raises(PgfleetError, match="middleware 'tests.nowhere.mw': cannot import"):
+        middleware.resolve("tests.nowhere.mw")
+    with pytest.raises(PgfleetError, match="has no callable 'missing'"):
+        middleware.resolve("tests.integrations.recorder.missing")
