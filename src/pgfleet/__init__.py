@@ -1,13 +1,15 @@
 """pgfleet: background jobs on PostgreSQL alone."""
 
-from pgfleet.client import enqueue, enqueue_many
+from pgfleet.client import enqueue, enqueue_job, enqueue_many
 from pgfleet.context import JobContext, current_job
 from pgfleet.errors import PayloadError, PgfleetError
+from pgfleet.rows import Enqueued
 from pgfleet.tasks import PermanentError, task
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Enqueued",
     "JobContext",
     "PayloadError",
     "PermanentError",
@@ -15,6 +17,7 @@ __all__ = [
     "__version__",
     "current_job",
     "enqueue",
+    "enqueue_job",
     "enqueue_many",
     "task",
 ]

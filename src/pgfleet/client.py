@@ -16,8 +16,11 @@ import psycopg
 from pgfleet import payload, store
 from pgfleet.db import connect
 from pgfleet.errors import PayloadError
+from pgfleet.rows import Enqueued
 from pgfleet.tasks import Task
 
+# The built-in defaults; the database applies them (with the configured ones before them)
+# to whatever an enqueue leaves out: see pgfleet.job_defaults in migration 0009.
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 20
 # Rows per INSERT in enqueue_many: large enough to amortise the round trip, small enough
@@ -38,11 +41,13 @@ def _connection(target: ConnOrDsn) -> Iterator[psycopg.Connection[Any]]:
 
 
 # One validated job, in the column order of store.enqueue_many: task, args JSON, queue,
-# priority, delay, run_at, max_attempts, unique_key. A tuple rather than a dict: a bulk
-# enqueue builds tens of thousands of them and transposes them with zip().
-Row = tuple[str, str, str, int, float, datetime | None, int, str | None]
+# priority, delay, run_at, max_attempts, unique_key, meta JSON, concurrency_key. A tuple
+# rather than a dict: a bulk enqueue builds tens of thousands of them and transposes them
+# with zip(). A None queue or max_attempts is filled in by the database.
+Row = tuple[str, str, str | None, int, float, datetime | None, int | None, str | None,
+            str | None, str | None]
 _JOB_FIELDS = frozenset({"task", "args", "queue", "priority", "delay", "run_at",
-                         "max_attempts", "unique_key"})
+                         "max_attempts", "unique_key", "meta", "concurrency_key"})
 
 
 def _row(
@@ -55,8 +60,13 @@ def _row(
     run_at: datetime | None,
     max_attempts: int | None,
     unique_key: str | None,
+    meta: Mapping[str, Any] | None = None,
+    concurrency_key: str | None = None,
 ) -> Row:
-    """Validate one job's fields; raises PayloadError before anything is written."""
+    """Validate one job's fields; raises PayloadError before anything is written.
+
+    Precedence of defaults: the call, then the task (a Task object here; a name is looked
+    up in what the supervisors published), then the queue's config, then built-in."""
     if isinstance(task, Task):
         queue = task.queue if queue is None else queue
         max_attempts = task.max_attempts if max_attempts is None else max_attempts
@@ -66,16 +76,16 @@ def _row(
     return (
         payload.name("task", task),
         payload.args_json(args),
-        payload.name("queue", DEFAULT_QUEUE if queue is None else queue),
+        payload.name("queue", queue) if queue is not None else None,
         payload.bounded_int("priority", priority, payload.PRIORITY_RANGE),
         payload.delay_seconds(delay) if delay is not None else 0.0,
         payload.run_at(run_at) if run_at is not None else None,
-        payload.bounded_int(
-            "max_attempts",
-            DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
-            payload.ATTEMPTS_RANGE,
-        ),
+        (payload.bounded_int("max_attempts", max_attempts, payload.ATTEMPTS_RANGE)
+         if max_attempts is not None else None),
         payload.name("unique_key", unique_key) if unique_key is not None else None,
+        payload.meta_json(meta) if meta else None,
+        (payload.name("concurrency_key", concurrency_key)
+         if concurrency_key is not None else None),
     )
 
 
@@ -90,21 +100,50 @@ def enqueue(
     run_at: datetime | None = None,
     max_attempts: int | None = None,
     unique_key: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    concurrency_key: str | None = None,
 ) -> int:
     """Add one job and return its id.
 
-    With `unique_key`, if an unfinished job already holds that key, nothing is added and
-    that job's id is returned. Lower `priority` runs first.
+    With `unique_key`, if an unfinished job of the same task already holds that key,
+    nothing is added and that job's id is returned (`enqueue_job` also says which
+    happened). Lower `priority` runs first. `meta` is a small JSON object stored with the
+    job; `concurrency_key` groups jobs for per-key limits.
     """
+    return enqueue_job(
+        conn, task, args, queue=queue, priority=priority, delay=delay, run_at=run_at,
+        max_attempts=max_attempts, unique_key=unique_key, meta=meta,
+        concurrency_key=concurrency_key,
+    ).job_id
+
+
+def enqueue_job(
+    conn: ConnOrDsn,
+    task: str | Task,
+    args: Mapping[str, Any] | None = None,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    concurrency_key: str | None = None,
+) -> Enqueued:
+    """Like `enqueue`, returning `Enqueued(job_id, created)`: `created` is False when an
+    unfinished job of the same task already held `unique_key` and nothing was added."""
     row = _row(
         task, args, queue=queue, priority=priority, delay=delay, run_at=run_at,
-        max_attempts=max_attempts, unique_key=unique_key,
+        max_attempts=max_attempts, unique_key=unique_key, meta=meta,
+        concurrency_key=concurrency_key,
     )
-    task_name, args_json, queue_name, priority, delay_s, at, attempts, key = row
+    task_name, args_json, queue_name, priority, delay_s, at, attempts, key, meta_json, ck = row
     with _connection(conn) as c:
         return store.enqueue(
             c, task=task_name, args_json=args_json, queue=queue_name, priority=priority,
             delay=delay_s, run_at=at, max_attempts=attempts, unique_key=key,
+            meta_json=meta_json, concurrency_key=ck,
         )
 
 
@@ -112,8 +151,8 @@ def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int
     """Add many jobs, thousands per round trip; returns their ids in input order.
 
     Each job is a mapping with `task` and optionally `args`, `queue`, `priority`, `delay`,
-    `run_at`, `max_attempts` and `unique_key`. Every job is validated before the first
-    row is sent, so a bad one leaves nothing behind.
+    `run_at`, `max_attempts`, `unique_key`, `meta` and `concurrency_key`. Every job is
+    validated before the first row is sent, so a bad one leaves nothing behind.
     """
     rows: list[Row] = []
     append = rows.append
@@ -126,7 +165,8 @@ def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int
             append(_row(
                 job["task"], get("args"), queue=get("queue"), priority=get("priority", 0),
                 delay=get("delay"), run_at=get("run_at"), max_attempts=get("max_attempts"),
-                unique_key=get("unique_key"),
+                unique_key=get("unique_key"), meta=get("meta"),
+                concurrency_key=get("concurrency_key"),
             ))
         except KeyError:
             raise PayloadError(f"jobs[{index}].task", "is missing") from None

@@ -16,7 +16,9 @@ MAX_ARGS_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 PRIORITY_RANGE = (-1000, 1000)
 ATTEMPTS_RANGE = (1, 1000)
-NAME_LIMITS = {"task": 255, "queue": 128, "unique_key": 255}
+MAX_META_BYTES = 64 * 1024
+MAX_META_DEPTH = 16
+NAME_LIMITS = {"task": 255, "queue": 128, "unique_key": 255, "concurrency_key": 255}
 
 
 def _check_scalar(value: Any, path: str) -> None:
@@ -125,18 +127,29 @@ def _fast_json(args: dict[str, Any]) -> str | None:
 
 def args_json(args: Any, limit: int = MAX_ARGS_BYTES) -> str:
     """Validate `args` and return it as JSON text; raises PayloadError naming the field."""
-    if args is None:
-        args = {}
-    if not isinstance(args, dict):
-        raise PayloadError("args", f"must be a JSON object (a dict), got {type(args).__name__}")
-    text = _fast_json(args)
+    return _object_json("args", {} if args is None else args, limit)
+
+
+def meta_json(meta: Any) -> str:
+    """Validate a job's `meta` (a JSON object of at most 64 KiB, 16 levels deep, as the
+    0009 trigger requires) and return it as JSON text."""
+    text = _object_json("meta", meta, MAX_META_BYTES)
+    if not _within_depth(json.loads(text), MAX_META_DEPTH):
+        raise PayloadError("meta", f"nested deeper than {MAX_META_DEPTH} levels")
+    return text
+
+
+def _object_json(field: str, value: Any, limit: int) -> str:
+    if not isinstance(value, dict):
+        raise PayloadError(field, f"must be a JSON object (a dict), got {type(value).__name__}")
+    text = _fast_json(value)
     if text is None:
-        _walk(args, "args")  # names the field at fault
+        _walk(value, field)  # names the field at fault
         # Nothing was wrong: the suspicion came from a literal backslash-u0000 in a string.
-        text = _ENCODER.encode(args)
+        text = _ENCODER.encode(value)
     size = len(text.encode("utf-8"))
     if size > limit:
-        raise PayloadError("args", f"is {size} bytes, over the limit of {limit} bytes")
+        raise PayloadError(field, f"is {size} bytes, over the limit of {limit} bytes")
     return text
 
 
@@ -161,7 +174,7 @@ def load_args(text: str | None, size: int, limit: int = MAX_ARGS_BYTES,
     return value
 
 
-def _within_depth(value: Any) -> bool:
+def _within_depth(value: Any, limit: int = MAX_DEPTH) -> bool:
     """Iterative, like _walk: a decoded value of any depth cannot blow the stack."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
@@ -170,7 +183,7 @@ def _within_depth(value: Any) -> bool:
             item = item.values()
         elif not isinstance(item, list):
             continue
-        if depth >= MAX_DEPTH and item:
+        if depth >= limit and item:
             return False
         stack.extend((child, depth + 1) for child in item)
     return True

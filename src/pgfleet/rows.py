@@ -10,6 +10,15 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class Enqueued:
+    """What one enqueue did: the job's id, and whether this call created it (False: an
+    unfinished job of the same task already held the unique key)."""
+    job_id: int
+    created: bool
+
+
+
+@dataclass(frozen=True)
 class KeyedJob:
     id: int
     task: str

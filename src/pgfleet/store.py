@@ -22,6 +22,9 @@ from pgfleet.rows import (
     ClaimedJob as ClaimedJob,
 )
 from pgfleet.rows import (
+    Enqueued as Enqueued,
+)
+from pgfleet.rows import (
     Failure as Failure,
 )
 from pgfleet.rows import (
@@ -168,22 +171,26 @@ def enqueue(
     *,
     task: str,
     args_json: str,
-    queue: str,
+    queue: str | None,
     priority: int,
     delay: float,
     run_at: datetime | None,
-    max_attempts: int,
+    max_attempts: int | None,
     unique_key: str | None,
-) -> int:
+    meta_json: str | None = None,
+    concurrency_key: str | None = None,
+) -> Enqueued:
+    """Add one job; a None queue or max_attempts takes the configured default."""
     params: dict[str, Any] = dict(
         task=task, args=args_json, queue=queue, priority=priority,
-        max_attempts=max_attempts, unique_key=unique_key,
+        max_attempts=max_attempts, unique_key=unique_key, meta=meta_json or "{}",
+        concurrency_key=concurrency_key,
     )
     if run_at is not None:
         params["run_at"] = run_at
-        return int(_scalar(conn, "enqueue_at", params))
+        return _one(conn, "enqueue_at", params, Enqueued)
     params["delay"] = delay
-    return int(_scalar(conn, "enqueue", params))
+    return _one(conn, "enqueue", params, Enqueued)
 
 
 def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
@@ -191,7 +198,7 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     an unfinished job already holds).
 
     Each row is (task, args JSON, queue, priority, delay, run_at, max_attempts,
-    unique_key), as client._row makes it."""
+    unique_key, meta JSON, concurrency_key), as client._row makes it."""
     if not rows:
         return []
     inserted = _insert_many(conn, rows)
@@ -236,12 +243,12 @@ KEY_ROUNDS = 5
 def _insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[KeyedJob]:
     if not rows:
         return []
-    tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys = (
-        list(column) for column in zip(*rows, strict=True))
+    (tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys, metas,
+     concurrency_keys) = (list(column) for column in zip(*rows, strict=True))
     params = {
         "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
         "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
-        "unique_keys": unique_keys,
+        "unique_keys": unique_keys, "metas": metas, "concurrency_keys": concurrency_keys,
     }
     return _many(conn, "enqueue_many", params, KeyedJob)
 

@@ -94,9 +94,11 @@ def test_producer_enqueues_but_cannot_read_or_write_jobs(owner_dsn: str, roles: 
                           "SELECT * FROM pgfleet.migrations"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
-    # The bulk insert writes rows itself: that takes the runtime role.
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        pgfleet.enqueue_many(as_producer, [{"task": "send"}])
+    # The bulk enqueue goes through functions that run as their owner too, unique keys
+    # included: a key held already gives back the holder's id.
+    bulk = pgfleet.enqueue_many(as_producer, [{"task": "send", "unique_key": "u"},
+                                              {"task": "send", "meta": {"tag": "b"}}])
+    assert bulk[0] == again[0] and bulk[1] > bulk[0]
     with psycopg.connect(owner_dsn, autocommit=True) as conn:
         assert one(conn, f"SELECT args->>'token' FROM pgfleet.jobs WHERE id = {job_id}")[0] \
             == "secret"

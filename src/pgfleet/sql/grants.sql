@@ -15,9 +15,13 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.jobs TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queues TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.processes TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.schedule_runs TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.task_defaults TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_defaults TO {runtime};
 GRANT SELECT ON pgfleet.migrations TO {runtime};
-GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text) TO {runtime};
-GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue_jobs(text[], text[], text[], integer[], timestamptz[], float8[], integer[], text[], text[], text[]) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.jobs_holding_keys(text[], text[]) TO {runtime};
 
 -- role: runtime-pooler
 -- Only with PGFLEET_DATABASE_POOLER=transaction: PgBouncer refuses the startup option that
@@ -33,5 +37,7 @@ GRANT USAGE ON SCHEMA pgfleet TO {producer};
 REVOKE ALL ON ALL TABLES IN SCHEMA pgfleet FROM {producer};
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgfleet FROM {producer};
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgfleet FROM {producer};
-GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text) TO {producer};
-GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text) TO {producer};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {producer};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {producer};
+GRANT EXECUTE ON FUNCTION pgfleet.enqueue_jobs(text[], text[], text[], integer[], timestamptz[], float8[], integer[], text[], text[], text[]) TO {producer};
+GRANT EXECUTE ON FUNCTION pgfleet.jobs_holding_keys(text[], text[]) TO {producer};

@@ -6,36 +6,34 @@
 -- a field (tests/unit/test_queries.py checks both sides against a migrated database).
 -- Parameters use psycopg's %(name)s style.
 
--- name: enqueue :scalar
-SELECT pgfleet.enqueue(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
-                       now() + make_interval(secs => %(delay)s) , %(max_attempts)s, %(unique_key)s)
+-- name: enqueue :one
+-- NULL queue or max_attempts: the configured defaults (migration 0009, job_defaults).
+SELECT e.job_id, e.created
+  FROM pgfleet.enqueue_job(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
+                           now() + make_interval(secs => %(delay)s), %(max_attempts)s,
+                           %(unique_key)s, %(meta)s::jsonb, %(concurrency_key)s) AS e
 
--- name: enqueue_at :scalar
-SELECT pgfleet.enqueue(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
-                       %(run_at)s, %(max_attempts)s, %(unique_key)s)
+-- name: enqueue_at :one
+SELECT e.job_id, e.created
+  FROM pgfleet.enqueue_job(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
+                           %(run_at)s, %(max_attempts)s, %(unique_key)s, %(meta)s::jsonb,
+                           %(concurrency_key)s) AS e
 
 -- name: enqueue_many :many
 -- Rows whose unique key an unfinished job already holds are skipped here and looked up
 -- afterwards with existing_by_unique_key. The arrays travel in binary (the b placeholders):
 -- eight text arrays of thousands of elements took a third of the statement's time.
-INSERT INTO pgfleet.jobs (queue, task, args, priority, run_at, max_attempts, unique_key)
-SELECT q, t, a::jsonb, p, coalesce(r, now() + make_interval(secs => d)), m, u
-  FROM unnest(%(queues)b::text[], %(tasks)b::text[], %(args)b::text[], %(priorities)b::int[],
-              %(run_ats)b::timestamptz[], %(delays)b::float8[], %(max_attempts)b::int[],
-              %(unique_keys)b::text[])
-       WITH ORDINALITY AS x(q, t, a, p, r, d, m, u, ord)
- ORDER BY ord
-ON CONFLICT (task, unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
-DO NOTHING
-RETURNING id, task, unique_key
+SELECT e.id, e.task, e.unique_key
+  FROM pgfleet.enqueue_jobs(%(tasks)b::text[], %(args)b::text[], %(queues)b::text[],
+                            %(priorities)b::int[], %(run_ats)b::timestamptz[],
+                            %(delays)b::float8[], %(max_attempts)b::int[],
+                            %(unique_keys)b::text[], %(metas)b::text[],
+                            %(concurrency_keys)b::text[]) AS e
 
 -- name: existing_by_unique_key :many
 -- Unique keys are scoped per task: (task, unique key) pairs, as two parallel arrays.
-SELECT j.task, j.unique_key, j.id
-  FROM pgfleet.jobs j
-  JOIN unnest(%(tasks)s::text[], %(unique_keys)s::text[]) AS k(task, unique_key)
-    ON j.task = k.task AND j.unique_key = k.unique_key
- WHERE j.state IN ('queued', 'running')
+SELECT k.task, k.unique_key, k.id
+  FROM pgfleet.jobs_holding_keys(%(tasks)s::text[], %(unique_keys)s::text[]) AS k
 
 -- name: claim :many
 -- R1: lock due rows of one queue in claim order through the partial index, skipping rows
