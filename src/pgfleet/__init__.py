@@ -1,5 +1,6 @@
 """pgfleet: background jobs on PostgreSQL alone."""
 
+from pgfleet.async_client import enqueue_async, enqueue_job_async, enqueue_many_async
 from pgfleet.client import enqueue, enqueue_job, enqueue_many
 from pgfleet.context import JobContext, current_job
 from pgfleet.errors import PayloadError, PgfleetError
@@ -17,7 +18,10 @@ __all__ = [
     "__version__",
     "current_job",
     "enqueue",
+    "enqueue_async",
     "enqueue_job",
+    "enqueue_job_async",
     "enqueue_many",
+    "enqueue_many_async",
     "task",
 ]

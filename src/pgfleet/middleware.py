@@ -23,6 +23,7 @@ failed job or a failed enqueue into a success.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -43,8 +44,16 @@ class JobRun:
 
     job: JobContext
     task: Task | None  # None for a task this worker does not know (the job fails)
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta_json: str | None = None  # as claimed; decoded on first use of `meta`
     outcome: str | None = None
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        """The job's meta (what the enqueue and its middleware stored), {} when none."""
+        if self.meta_json is None:
+            return {}
+        decoded: Mapping[str, Any] = json.loads(self.meta_json)
+        return decoded
 
 
 @dataclass

@@ -66,7 +66,7 @@ class Tracing:
         carrier = {key: str(event.meta[key]) for key in META_KEYS if key in event.meta}
         parent = _propagator.extract(carrier) if carrier else None
         job = event.job
-        attributes = {
+        attributes: dict[str, Any] = {
             "messaging.system": "pgfleet", "messaging.operation.type": "process",
             "messaging.destination.name": job.queue, "pgfleet.queue": job.queue,
             "pgfleet.task": job.task, "pgfleet.job_id": job.id, "pgfleet.attempt": job.attempt,

@@ -31,6 +31,7 @@ class JobSpec:
     args_json: str
     queue: str | None
     max_attempts: int | None
+    meta_json: str | None
 
 
 Divert = Callable[[Sequence[JobSpec]], list[int]]
@@ -65,7 +66,8 @@ def _with_meta(rows: Sequence[Row], event: middleware.Enqueueing) -> list[Row]:
 
 def _divert(rows: Sequence[Row]) -> list[int]:
     return _diverted[-1]([JobSpec(task=row[TASK], args_json=row[ARGS], queue=row[QUEUE],
-                                  max_attempts=row[MAX_ATTEMPTS]) for row in rows])
+                                  max_attempts=row[MAX_ATTEMPTS], meta_json=row[META])
+                            for row in rows])
 
 
 def send(rows: Sequence[Row], insert: Callable[[Sequence[Row]], T],

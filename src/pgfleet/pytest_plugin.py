@@ -37,9 +37,8 @@ class Server:
         self.template: str | None = None
 
     def url_of(self, dbname: str) -> str:
-        params = conninfo_to_dict(self.url)
-        params["dbname"] = dbname
-        return make_conninfo(**params)
+        params: dict[str, Any] = {**conninfo_to_dict(self.url), "dbname": dbname}
+        return make_conninfo("", **params)
 
     def create(self, template: str | None = None) -> str:
         name = f"pgfleet_test_{uuid.uuid4().hex[:12]}"

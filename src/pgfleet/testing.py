@@ -135,7 +135,8 @@ class EagerRuns:
             queue = spec.queue or "default"
             job = ClaimedJob(id=job_id, task=spec.task, args=spec.args_json, attempt=1,
                              max_attempts=spec.max_attempts or 1,
-                             args_size=len(spec.args_json.encode()), wait_seconds=0.0)
+                             args_size=len(spec.args_json.encode()), wait_seconds=0.0,
+                             meta=spec.meta_json)
             registry = self.registry or load_registry([])
             executor = Executor(queue=queue, worker_id="pgfleet.testing.eager",
                                 args_limit=payload.MAX_ARGS_BYTES, wake=lambda: None)

@@ -4,6 +4,7 @@ its loop (in the order loops were first seen by this process) in the audit table
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pgfleet
@@ -26,10 +27,8 @@ async def bind_event() -> None:
     later run waits on the same Event, which raises RuntimeError on any other loop."""
     _record_loop()
     event = SHARED.setdefault("event", asyncio.Event())
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(event.wait(), 0.01)
-    except TimeoutError:
-        pass
     audit("bound")
 
 

@@ -9,6 +9,9 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
+
+from psycopg.conninfo import conninfo_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "integrations.md"
@@ -55,9 +58,18 @@ def environment(dsn: str, **extra: str) -> dict[str, str]:
     recipe's directory first on the path, DATABASE_URL set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGFLEET_")}
     env["PYTHONPATH"] = str(ROOT / "src")
-    env["DATABASE_URL"] = dsn
+    env["DATABASE_URL"] = as_url(dsn) if dsn else ""
     env.update(extra)
     return env
+
+
+def as_url(dsn: str) -> str:
+    """A postgresql:// URL for a key=value DSN: what a user's DATABASE_URL looks like."""
+    params = conninfo_to_dict(dsn)
+    user = quote(str(params.get("user", "")))
+    host = params.get("host", "")
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"postgresql://{user}{'@' if user else ''}{host}{port}/{quote(str(params['dbname']))}"
 
 
 def run(folder: Path, env: dict[str, str], *args: str, timeout: float = 120

@@ -3,6 +3,8 @@ attempt of each job, failed, retried, dead or of an unknown task, with its outco
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psycopg
@@ -49,14 +51,10 @@ def test_a_configured_middleware_sees_every_attempt_of_every_job(
 
 
 def test_a_middleware_that_swallows_an_exception_cannot_hide_a_failure() -> None:
-    from contextlib import contextmanager
-
     @contextmanager
-    def swallow(event: object):  # type: ignore[no-untyped-def]
-        try:
+    def swallow(event: object) -> Iterator[None]:
+        with suppress(RuntimeError):
             yield
-        except RuntimeError:
-            pass
 
     middleware.register(swallow)
     try:
@@ -68,7 +66,7 @@ def test_a_middleware_that_swallows_an_exception_cannot_hide_a_failure() -> None
 
 
 def test_an_unknown_middleware_name_is_one_clear_line() -> None:
-    with pytest.raises(PgfleetError, match="middleware 'tests.nowhere.mw': cannot import"):
+    with pytest.raises(PgfleetError, match=r"middleware 'tests\.nowhere\.mw': cannot import"):
         middleware.resolve("tests.nowhere.mw")
     with pytest.raises(PgfleetError, match="has no callable 'missing'"):
         middleware.resolve("tests.integrations.recorder.missing")

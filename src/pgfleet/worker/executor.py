@@ -217,7 +217,7 @@ class Executor:
     def _call(self, running: Running, current: context.JobContext) -> None:
         if running.lost:
             raise LeaseLost()  # taken over while it waited for a thread (prefetch)
-        event = middleware.JobRun(job=current, task=running.task)
+        event = middleware.JobRun(job=current, task=running.task, meta_json=running.job.meta)
         with middleware.around(event):
             try:
                 self._invoke(running)
