@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,13 +139,7 @@ class EagerRuns:
                              max_attempts=spec.max_attempts or 1,
                              args_size=len(spec.args_json.encode()), wait_seconds=0.0,
                              meta=spec.meta_json)
-            registry = self.registry or load_registry([])
-            executor = Executor(queue=queue, worker_id="pgfleet.testing.eager",
-                                args_limit=payload.MAX_ARGS_BYTES, wake=lambda: None)
-            try:
-                ran = executor.run_inline(job, registry, DEFAULT_TIMEOUT)
-            finally:
-                executor.loops.close()
+            ran = _run_eagerly(job, queue, self.registry or load_registry([]))
             self.outcomes.append(JobOutcome(
                 id=job_id, queue=queue, task=spec.task, attempt=1,
                 state="succeeded" if ran.error is None else "failed", error=ran.error))
@@ -155,6 +151,26 @@ class EagerRuns:
     def tasks(self) -> list[str]:
         """The names of the tasks run, in order."""
         return [outcome.task for outcome in self.outcomes]
+
+
+def _run_eagerly(job: ClaimedJob, queue: str, registry: Registry) -> Outcome:
+    """Run a job in this thread; from inside a running event loop (enqueue_async), in a
+    helper thread that the caller waits for, since a loop cannot run inside another."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_here(job, queue, registry)
+    with ThreadPoolExecutor(1, thread_name_prefix="pgfleet-eager") as helper:
+        return helper.submit(_run_here, job, queue, registry).result()
+
+
+def _run_here(job: ClaimedJob, queue: str, registry: Registry) -> Outcome:
+    executor = Executor(queue=queue, worker_id="pgfleet.testing.eager",
+                        args_limit=payload.MAX_ARGS_BYTES, wake=lambda: None)
+    try:
+        return executor.run_inline(job, registry, DEFAULT_TIMEOUT)
+    finally:
+        executor.loops.close()
 
 
 class EagerJobFailed(PgfleetError):
