@@ -7,8 +7,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pgfleet
+from pgfleet import middleware
 from pgfleet.backoff import Backoff
 from pgfleet.tasks import load_registry
 from pgfleet.worker import Worker, build_settings
@@ -58,8 +60,22 @@ def test_two_async_jobs_in_a_row_share_an_object_bound_to_the_loop(dsn: str) -> 
 def test_an_async_timeout_keeps_the_loop_for_the_next_job(dsn: str) -> None:
     slow = pgfleet.enqueue(dsn, "loop.await_forever", priority=1, max_attempts=1)
     after = pgfleet.enqueue(dsn, "loop.which", priority=2, max_attempts=1)
-    with one_thread_worker(dsn):
-        wait_for(lambda: finished(dsn, slow, after))
+    seen: list[tuple[int, str | None]] = []
+
+    @contextmanager
+    def outcomes(event: Any) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            seen.append((event.job.id, event.outcome))
+
+    middleware.register(outcomes)
+    try:
+        with one_thread_worker(dsn):
+            wait_for(lambda: finished(dsn, slow, after))
+    finally:
+        middleware.unregister(outcomes)
+    assert seen == [(slow, "timed_out"), (after, "succeeded")]
     assert scalar(dsn, "SELECT state::text || ' ' || last_error FROM pgfleet.jobs"
                   " WHERE id = %s", (slow,)).startswith("dead timed out after 0.5s")
     assert scalar(dsn, "SELECT state::text FROM pgfleet.jobs WHERE id = %s",

@@ -70,3 +70,19 @@ def test_an_unknown_middleware_name_is_one_clear_line() -> None:
         middleware.resolve("tests.nowhere.mw")
     with pytest.raises(PgfleetError, match="has no callable 'missing'"):
         middleware.resolve("tests.integrations.recorder.missing")
+
+
+def test_check_reports_a_middleware_that_is_not_there(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "pgfleet.yaml"
+    config.write_text("tasks: [tests.support.jobtasks]\n"
+                      "middleware: [tests.integrations.recorder.record,"
+                      " tests.integrations.recorder.nothing]\n"
+                      "queues: {default: {}}\n")
+    done = subprocess.run([sys.executable, "-m", "pgfleet", "check", "-c", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert (f"{config}:2: middleware[1]: middleware 'tests.integrations.recorder.nothing':"
+            " 'tests.integrations.recorder' has no callable 'nothing'") in done.stdout + done.stderr

@@ -25,7 +25,8 @@ except RuntimeError:
 """
 
 
-def test_django_recipe(dsn: str, tmp_path: Path) -> None:
+def test_django_recipe(empty_dsn: str, tmp_path: Path) -> None:
+    dsn = empty_dsn  # no pgfleet schema: `manage.py migrate` installs it
     write_project("Django", tmp_path)
     (tmp_path / "manage.py").write_text(
         "import os, sys\n"
@@ -35,7 +36,10 @@ def test_django_recipe(dsn: str, tmp_path: Path) -> None:
     env = environment(dsn, METRICS_PORT=str(free_port()))
     run(tmp_path, env, "manage.py", "makemigrations", "shop")
     run(tmp_path, env, "manage.py", "migrate")
+    assert "0002_initial.py" in os.listdir(tmp_path / "shop" / "migrations")
     run(tmp_path, env, "manage.py", "pgfleet", "migrate")
+    tests = run(tmp_path, env, "manage.py", "test", "shop", "--noinput")
+    assert "Ran 1 test" in tests.stderr and "OK" in tests.stderr, tests.stderr
     run(tmp_path, env, "manage.py", "shell", "-c",
         "from shop.orders import place_order; place_order('a@example.com')")
     run(tmp_path, env, "manage.py", "shell", "-c", ROLLED_BACK)
