@@ -101,6 +101,11 @@ def registered() -> list[Middleware]:
     return list(_stack)
 
 
+def active() -> bool:
+    """Is any middleware registered? (The worker's and bulk enqueue's fast path.)"""
+    return bool(_stack)
+
+
 def resolve(name: str) -> Middleware:
     """The callable a dotted `module.attribute` name of the configuration names (operator
     input, never job data). PgfleetError with one line if it cannot be found."""

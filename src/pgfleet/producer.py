@@ -74,7 +74,7 @@ def send(rows: Sequence[Row], insert: Callable[[Sequence[Row]], T],
          ids_of: Callable[[T], list[int]], from_ids: Callable[[list[int]], T]) -> T:
     """Insert `rows` through the middleware. `ids_of` reads the job ids from what `insert`
     returns; `from_ids` makes that result from ids in eager mode."""
-    if not middleware.registered() and not _diverted:
+    if not middleware.active() and not _diverted:
         return insert(rows)  # the hot path of a bulk enqueue: nothing decoded
     event = _event(rows)
     with middleware.around(event):
@@ -88,7 +88,7 @@ async def send_async(rows: Sequence[Row], insert: Callable[[Sequence[Row]], Awai
                      ids_of: Callable[[T], list[int]],
                      from_ids: Callable[[list[int]], T]) -> T:
     """`send` for an insert on an asyncio connection."""
-    if not middleware.registered() and not _diverted:
+    if not middleware.active() and not _diverted:
         return await insert(rows)
     event = _event(rows)
     with middleware.around(event):

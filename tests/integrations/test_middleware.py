@@ -86,3 +86,29 @@ def test_check_reports_a_middleware_that_is_not_there(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert (f"{config}:2: middleware[1]: middleware 'tests.integrations.recorder.nothing':"
             " 'tests.integrations.recorder' has no callable 'nothing'") in done.stdout + done.stderr
+
+
+def test_the_first_middleware_registered_is_the_outermost() -> None:
+    order: list[str] = []
+
+    def named(name: str) -> middleware.Middleware:
+        @contextmanager
+        def wrap(event: object) -> Iterator[None]:
+            order.append(f"enter {name}")
+            try:
+                yield
+            finally:
+                order.append(f"exit {name}")
+        return wrap
+
+    outer, inner = named("outer"), named("inner")
+    middleware.register(outer)
+    middleware.register(inner)
+    middleware.register(outer)  # registered once only
+    try:
+        with middleware.around(middleware.Enqueueing(jobs=[])):
+            order.append("body")
+    finally:
+        middleware.unregister(outer)
+        middleware.unregister(inner)
+    assert order == ["enter outer", "enter inner", "body", "exit inner", "exit outer"]

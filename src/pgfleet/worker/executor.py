@@ -217,6 +217,9 @@ class Executor:
     def _call(self, running: Running, current: context.JobContext) -> None:
         if running.lost:
             raise LeaseLost()  # taken over while it waited for a thread (prefetch)
+        if not middleware.active():
+            self._invoke(running)
+            return
         event = middleware.JobRun(job=current, task=running.task, meta_json=running.job.meta)
         with middleware.around(event):
             try:
