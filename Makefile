@@ -22,7 +22,7 @@ pgbouncer-service-off:
 	-@command -v service >/dev/null && service pgbouncer stop
 
 test: lint
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n 3
 
 # The README's quick start in one terminal: an embedded PostgreSQL unless
 # PGFLEET_DATABASE_URL is set, the example supervisor, a burst of jobs watched to the end.

@@ -164,8 +164,11 @@ def running(
     folder = tmp_path / "prometheus"
     folder.mkdir()
     with PrometheusServer(folder, [target], [ALERTS]) as prometheus:
+        # crashy is a crash loop on purpose, kept running to feed the crash panels: its
+        # crashes must not mark it failed (supervisor.crash_limit has tests of its own).
         f = fleet(QUEUES, schedules=SCHEDULES,
-                  metrics={"enabled": True, "listen": target})
+                  metrics={"enabled": True, "listen": target},
+                  supervisor={"crash_limit": {"count": 1000, "window": "1m"}})
         for queue in ("default", "crashy", "slow", "held"):
             f.wait_workers(1, queue, timeout=60)
         wait_for(lambda: reachable(f"http://{target}/metrics"), timeout=30)

@@ -70,7 +70,15 @@ def ensure_role(conn: psycopg.Connection[Any], role: str,
             return
         except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
             pass  # created meanwhile by another run
-    conn.execute(sql.SQL("ALTER ROLE {} ").format(sql.Identifier(role)) + attributes)
+    # Parallel test processes alter the shared role at once: the loser of a concurrent
+    # update of its pg_authid row sees "tuple concurrently updated" and tries again.
+    for attempt in range(5):
+        try:
+            conn.execute(sql.SQL("ALTER ROLE {} ").format(sql.Identifier(role)) + attributes)
+            return
+        except psycopg.errors.InternalError_:
+            if attempt == 4:
+                raise
 
 
 def grant_runtime(conn: psycopg.Connection[Any], dbname: str, role: str,
