@@ -112,3 +112,18 @@ def test_the_first_middleware_registered_is_the_outermost() -> None:
         middleware.unregister(outer)
         middleware.unregister(inner)
     assert order == ["enter outer", "enter inner", "body", "exit inner", "exit outer"]
+
+
+def test_pgfleet_worker_refuses_a_middleware_that_is_not_there(dsn: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pgfleet", "worker", "--queue", "default",
+         "--tasks", "tests.support.jobtasks", "--middleware", "tests.integrations.nowhere.mw"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "pgfleet: error: --middleware: middleware 'tests.integrations.nowhere.mw': cannot import "
+        "'tests.integrations.nowhere': ModuleNotFoundError: No module named "
+        "'tests.integrations.nowhere'"]
