@@ -167,11 +167,26 @@ def _as_dict(row: Any) -> dict[str, Any]:
 # query names, matched by name (tests/unit/test_queries.py checks them against the server).
 
 
-def enqueue(conn: Conn, **fields: Any) -> Enqueued:
-    """Add one job (the keyword arguments of enqueue_params); a None queue or
-    max_attempts takes the configured default."""
-    params = enqueue_params(**fields)
-    if "run_at" in params:
+def enqueue(
+    conn: Conn,
+    *,
+    task: str,
+    args_json: str,
+    queue: str | None,
+    priority: int,
+    delay: float,
+    run_at: datetime | None,
+    max_attempts: int | None,
+    unique_key: str | None,
+    meta_json: str | None = None,
+    concurrency_key: str | None = None,
+) -> Enqueued:
+    """Add one job; a None queue or max_attempts takes the configured default."""
+    params = enqueue_params(
+        task=task, args_json=args_json, queue=queue, priority=priority, delay=delay,
+        run_at=run_at, max_attempts=max_attempts, unique_key=unique_key, meta_json=meta_json,
+        concurrency_key=concurrency_key)
+    if run_at is not None:
         return _one(conn, "enqueue_at", params, Enqueued)
     return _one(conn, "enqueue", params, Enqueued)
 
@@ -189,7 +204,8 @@ def enqueue_params(
     meta_json: str | None = None,
     concurrency_key: str | None = None,
 ) -> dict[str, Any]:
-    """The parameters of the enqueue query, or of enqueue_at with a run_at."""
+    """The parameters of the enqueue query, or of enqueue_at with a run_at (shared by
+    enqueue and enqueue_async)."""
     params: dict[str, Any] = dict(
         task=task, args=args_json, queue=queue, priority=priority,
         max_attempts=max_attempts, unique_key=unique_key, meta=meta_json or "{}",
@@ -252,12 +268,14 @@ async def _fetch_async(conn: AsyncConn, name: str, params: Params, row: type[Row
 
 
 async def enqueue_async(conn: AsyncConn, **fields: Any) -> Enqueued:
+    """store.enqueue on an AsyncConnection; the keyword arguments of enqueue_params."""
     params = enqueue_params(**fields)
     name = "enqueue_at" if "run_at" in params else "enqueue"
     return (await _fetch_async(conn, name, params, Enqueued))[0]
 
 
 async def enqueue_many_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
+    """store.enqueue_many on an AsyncConnection: the same plan of statements."""
     plan = enqueue_plan.enqueue_many(rows)
     try:
         step = next(plan)
