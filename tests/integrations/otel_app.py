@@ -34,6 +34,7 @@ def span_record(span: Any) -> dict[str, Any]:
         "attributes": {key: (list(value) if isinstance(value, tuple) else value)
                        for key, value in (span.attributes or {}).items()},
         "status": span.status.status_code.name,
+        "events": [event.name for event in span.events],
     }
 
 

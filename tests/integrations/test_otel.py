@@ -53,6 +53,7 @@ def test_run_spans_are_children_of_their_enqueue_spans(dsn: str, tmp_path: Path)
     assert set(enqueues) == {plain, retried, parent}
     assert all(s["parent_id"] == checkout["span_id"] for s in enqueues.values())
     assert {s["name"] for s in enqueues.values()} == {"enqueue otel.work"}
+    assert {s["attributes"]["messaging.batch.message_count"] for s in enqueues.values()} == {1}
 
     spans_file = tmp_path / "spans.jsonl"
     env = dict(os.environ, PGFLEET_DATABASE_URL=dsn, SPANS_FILE=str(spans_file))
@@ -82,12 +83,15 @@ def test_run_spans_are_children_of_their_enqueue_spans(dsn: str, tmp_path: Path)
             assert span["name"] == "run otel.work"
             assert span["attributes"]["pgfleet.queue"] == "default"
             assert span["attributes"]["pgfleet.task"] == "otel.work"
+            assert span["attributes"]["pgfleet.max_attempts"] == 20
     outcomes = {job_id: [(s["attributes"]["pgfleet.attempt"], s["attributes"]["pgfleet.outcome"],
                           s["status"]) for s in sorted(spans, key=lambda s: s["attributes"]
                                                        ["pgfleet.attempt"])]
                 for job_id, spans in by_job.items()}
     assert outcomes[plain] == [(1, "succeeded", "UNSET")]
     assert outcomes[retried] == [(1, "failed", "ERROR"), (2, "succeeded", "UNSET")]
+    failed_run = next(s for s in by_job[retried] if s["attributes"]["pgfleet.attempt"] == 1)
+    assert failed_run["events"] == ["exception"]
 
     # The job enqueued by a running job: its enqueue span is a child of that run's span,
     # and its own run a child of that enqueue, all in the trace of the first enqueue.

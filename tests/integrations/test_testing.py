@@ -59,6 +59,12 @@ def test_run_jobs_in_the_callers_transaction_rolls_back(dsn: str) -> None:
                   (job,)) == "queued 0"
 
 
+def test_run_jobs_applies_an_async_tasks_own_timeout(conn: psycopg.Connection[Any]) -> None:
+    job = pgfleet.enqueue(conn, "loop.await_forever", max_attempts=1)
+    [outcome] = pgfleet.testing.run_jobs(conn, tasks=["tests.integrations.looptasks"])
+    assert (outcome.id, outcome.state, outcome.error) == (job, "dead", "timed out after 0.5s")
+
+
 def test_run_jobs_stops_at_its_limit(conn: psycopg.Connection[Any]) -> None:
     pgfleet.enqueue(conn, "eager.again")
     outcomes = pgfleet.testing.run_jobs(conn, tasks=TASKS, limit=5)
