@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, TypeVar
 
 from pgfleet.context import JobContext
@@ -130,22 +131,46 @@ def load(names: Iterable[str]) -> None:
         register(resolve(name))
 
 
-@contextmanager
-def around(event: Event) -> Iterator[None]:
-    """Enter every registered middleware for `event`, outermost first. The body's
-    exception is raised again even if a middleware swallowed it."""
-    stack = list(_stack)
-    if not stack:
-        yield
-        return
-    error: BaseException | None = None
-    with ExitStack() as entered:
-        for middleware in stack:
-            entered.enter_context(middleware(event))
+class around:  # lower case: it reads as a function, `with middleware.around(event):`
+    """Enter every registered middleware for `event`, outermost first, and leave them in
+    reverse order. A plain class, not ExitStack in a generator: it runs around every job,
+    and this costs a third as much. The body's exception always propagates, even if a
+    middleware swallowed it; an exception raised by a middleware replaces it."""
+
+    __slots__ = ("entered", "event")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+        self.entered: list[AbstractContextManager[Any]] = []
+
+    def __enter__(self) -> None:
         try:
-            yield
+            for middleware in _stack:
+                manager = middleware(self.event)
+                manager.__enter__()
+                self.entered.append(manager)
         except BaseException as exc:
-            error = exc
+            _leave(self.entered, exc)
             raise
-    if error is not None:
-        raise error
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        _leave(self.entered, exc)
+
+
+def _leave(entered: list[AbstractContextManager[Any]], exc: BaseException | None) -> None:
+    """Exit `entered` innermost first, each told of the exception in flight; raise the
+    last new exception a middleware raised (chained to what it replaced)."""
+    replaced: BaseException | None = None
+    while entered:
+        manager = entered.pop()
+        try:
+            manager.__exit__(type(exc) if exc else None, exc,
+                             exc.__traceback__ if exc else None)
+        except BaseException as new:
+            if new is not exc:
+                if new.__context__ is None and exc is not None:
+                    new.__context__ = exc
+                exc = replaced = new
+    if replaced is not None:
+        raise replaced

@@ -127,3 +127,30 @@ def test_pgfleet_worker_refuses_a_middleware_that_is_not_there(dsn: str) -> None
         "pgfleet: error: --middleware: middleware 'tests.integrations.nowhere.mw': cannot import "
         "'tests.integrations.nowhere': ModuleNotFoundError: No module named "
         "'tests.integrations.nowhere'"]
+
+
+def test_an_exception_raised_by_a_middleware_replaces_the_bodys() -> None:
+    left: list[str] = []
+
+    @contextmanager
+    def outer(event: object) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            left.append("outer")
+
+    @contextmanager
+    def failing(event: object) -> Iterator[None]:
+        yield
+        raise KeyError("from the middleware")
+
+    middleware.register(outer)
+    middleware.register(failing)
+    try:
+        with pytest.raises(KeyError, match="from the middleware"), middleware.around(
+                middleware.Enqueueing(jobs=[])):
+            pass
+    finally:
+        middleware.unregister(outer)
+        middleware.unregister(failing)
+    assert left == ["outer"]  # the outer one was still left, seeing the new exception
