@@ -1,11 +1,21 @@
 """pgfleet: background jobs on PostgreSQL alone."""
 
-from pgfleet.async_client import enqueue_async, enqueue_job_async, enqueue_many_async
-from pgfleet.client import enqueue, enqueue_job, enqueue_many
-from pgfleet.context import JobContext, current_job
-from pgfleet.errors import PayloadError, PgfleetError
-from pgfleet.rows import Enqueued
-from pgfleet.tasks import PermanentError, task
+# First of all, when this process is the `pgfleet` command: a URL given as --database-url
+# leaves the command line before the imports below (most of a start-up) run.
+from pgfleet.shown_argv import hide_in_command
+
+hide_in_command()
+
+from pgfleet.async_client import (  # noqa: E402
+    enqueue_async,
+    enqueue_job_async,
+    enqueue_many_async,
+)
+from pgfleet.client import enqueue, enqueue_job, enqueue_many  # noqa: E402
+from pgfleet.context import JobContext, current_job  # noqa: E402
+from pgfleet.errors import PayloadError, PgfleetError  # noqa: E402
+from pgfleet.rows import Enqueued  # noqa: E402
+from pgfleet.tasks import PermanentError, task  # noqa: E402
 
 __version__ = "0.1.0"
 

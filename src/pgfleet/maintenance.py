@@ -13,11 +13,14 @@ from typing import Any
 import psycopg
 
 from pgfleet import metrics, store
-from pgfleet.child import BEAT_EVERY, ChildProcess
+from pgfleet.backoff import Backoff
+from pgfleet.child import BEAT_EVERY
 from pgfleet.config import Config, QueueConfig
-from pgfleet.db import connect, scrub
+from pgfleet.db import scrub
+from pgfleet.db_child import DatabaseChild
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.supervisor.beacon import Beacon
+from pgfleet.supervisor.failed_queues import UNREAD, FailedQueues
 from pgfleet.supervisor.rescue_pipe import RescueReader
 
 log = logging.getLogger("pgfleet.maintenance")
@@ -26,21 +29,22 @@ RESCUE_BATCH = 1000
 PRUNE_EVERY = 60.0
 
 
-class Maintenance(ChildProcess):
+class Maintenance(DatabaseChild):
     def __init__(self, config: Config, dsn: str, *, supervisor_id: str, supervisor_pid: int,
-                 rescue_fd: int, beacon: Beacon | None, own_id: str = "") -> None:
-        super().__init__(beacon)
+                 rescue_fd: int, beacon: Beacon | None, own_id: str = "",
+                 failed_queues: FailedQueues | None = None) -> None:
+        super().__init__(dsn, beacon)
         self.config = config
-        self.dsn = dsn
         self.supervisor_id = supervisor_id
         self.supervisor_pid = supervisor_pid
         self.own_id = own_id or f"{socket.gethostname()}:{os.getpid()}:maintenance"
         self.rescue = RescueReader(rescue_fd)
         self.to_rescue: list[tuple[str, str]] = []
-        self.conn: psycopg.Connection[Any] | None = None
         self.next_prune = 0.0
         self.next_heartbeat = 0.0
         self.seen_job_id: int | None = None
+        self.failed_queues = failed_queues
+        self.reported_failures = UNREAD  # the sequence of the failed queues last recorded
 
     def run(self) -> int:
         metrics.zero_maintenance_counters(list(self.config.queues))
@@ -50,9 +54,7 @@ class Maintenance(ChildProcess):
             try:
                 self.pass_once()
             except (psycopg.Error, DatabaseUnavailable) as exc:
-                if self.conn is not None:
-                    self.conn.close()
-                self.conn = None
+                self.drop_connection()
                 delay = self.reconnect.failed()
                 log.warning("maintenance pass failed (retrying in %.1fs): %s", delay,
                             scrub(str(exc).strip(), self.dsn))
@@ -83,20 +85,16 @@ class Maintenance(ChildProcess):
             if left <= BEAT_EVERY or self.stopping or self.parent_gone():
                 return
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self.conn is None or self.conn.closed:
-            with self.beating():
-                self.conn = connect(self.dsn, autocommit=True)
-        return self.conn
-
     def pass_once(self) -> None:
         """One maintenance pass: rescue, heartbeat, rescue expired leases, prune, measure."""
-        conn = self._connection()
+        conn = self.connection()
         self._rescue_requested()
         now = time.monotonic()
         if now >= self.next_heartbeat:
             self._heartbeat(conn)
             self.next_heartbeat = now + self.config.supervisor.heartbeat_interval
+            self.reported_failures = UNREAD  # the row may have been made again: rewrite
+        self._report_failures(conn)
         for job_id, queue, state in store.rescue_expired(conn, limit=RESCUE_BATCH):
             metrics.jobs_rescued.labels(metrics.queue_label(queue)).inc()
             _log_rescue(job_id, queue, state, "its lease expired")
@@ -108,7 +106,7 @@ class Maintenance(ChildProcess):
     def _rescue_requested(self) -> None:
         if not self.to_rescue:
             return
-        conn = self._connection()
+        conn = self.connection()
         while self.to_rescue:
             worker, reason = self.to_rescue[0]
             held = store.held_by(conn, worker=worker)
@@ -131,13 +129,19 @@ class Maintenance(ChildProcess):
             self.to_rescue.pop(0)
 
     def _retry_delays(self, held: list[store.HeldJob]) -> dict[int, float]:
-        """A crashed attempt is due again after its queue's backoff, like a failed one (the
-        task's own backoff is known only where its module is imported)."""
-        delays = {}
-        for job in held:
-            queue = self.config.queues.get(job.queue) or QueueConfig()
-            delays[job.id] = queue.backoff.to_backoff().delay(max(job.attempt, 1))
-        return delays
+        """A crashed attempt is due again after the backoff a failed one would get: the
+        task's own (published by the workers, which import it: pgfleet.defaults), else
+        its queue's."""
+        return {job.id: self._backoff(job).delay(max(job.attempt, 1)) for job in held}
+
+    def _backoff(self, job: store.HeldJob) -> Backoff:
+        if job.task_backoff:
+            try:
+                return Backoff(**job.task_backoff)
+            except (TypeError, ValueError):
+                log.warning("job %d: unusable published task backoff %r; using its "
+                            "queue's", job.id, job.task_backoff)
+        return (self.config.queues.get(job.queue) or QueueConfig()).backoff.to_backoff()
 
     def _heartbeat(self, conn: psycopg.Connection[Any]) -> None:
         store.register_process(
@@ -149,6 +153,16 @@ class Maintenance(ChildProcess):
             kind="maintenance", queue=None, supervisor=self.supervisor_id,
         )
         store.prune_processes(conn, self.config.supervisor.stale_after * 4)
+
+    def _report_failures(self, conn: psycopg.Connection[Any]) -> None:
+        """Record the arbiter's failed queues on the supervisor's row when they changed
+        (and after each heartbeat: an UPDATE that finds them equal writes nothing)."""
+        if self.failed_queues is None:
+            return
+        sequence, failed = self.failed_queues.read()
+        if sequence not in (self.reported_failures, UNREAD):
+            store.report_failed_queues(conn, id=self.supervisor_id, failed=failed)
+            self.reported_failures = sequence
 
     def _prune(self, conn: psycopg.Connection[Any]) -> None:
         total = 0
@@ -172,14 +186,13 @@ class Maintenance(ChildProcess):
 
     def _unregister(self) -> None:
         try:
-            conn = self._connection()
+            conn = self.connection()
             store.unregister_process(conn, self.supervisor_id)
             store.unregister_process(conn, self.own_id)
         except (psycopg.Error, DatabaseUnavailable):
             pass
         finally:
-            if self.conn is not None:
-                self.conn.close()
+            self.drop_connection()
 
 
 def _log_rescue(job_id: int, queue: str, state: str, why: str) -> None:

@@ -85,6 +85,7 @@ class HeldJob:
     id: int
     queue: str
     attempt: int
+    task_backoff: dict[str, Any] | None
 
 
 
@@ -178,6 +179,8 @@ class ProcessRow:
     kind: str
     queue: str | None
     supervisor: str | None
+    # A supervisor's queues it gave up on, queue → reason (migration 0010).
+    failed_queues: dict[str, str]
     heartbeat_age: float
 
 

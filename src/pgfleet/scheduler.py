@@ -19,7 +19,6 @@ one log line. A schedule that never ran waits for its next fire time.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -31,11 +30,12 @@ from typing import Any
 import psycopg
 
 from pgfleet import metrics, store
-from pgfleet.child import BEAT_EVERY, ChildProcess
+from pgfleet.child import BEAT_EVERY
 from pgfleet.client import DEFAULT_MAX_ATTEMPTS
 from pgfleet.config import Config, ScheduleConfig
 from pgfleet.cron import fire_times_after, previous_fire_time
-from pgfleet.db import connect, scrub
+from pgfleet.db import scrub
+from pgfleet.db_child import DatabaseChild
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.supervisor.beacon import Beacon
 
@@ -62,19 +62,17 @@ class Fired:
     job_id: int
 
 
-class Scheduler(ChildProcess):
+class Scheduler(DatabaseChild):
     def __init__(self, config: Config, dsn: str, beacon: Beacon | None = None, *,
                  fire_hook: FireHook | None = None) -> None:
-        super().__init__(beacon)
+        super().__init__(dsn, beacon)
         self.config = config
-        self.dsn = dsn
         # Called inside each fire transaction between its two writes; tests make it raise
         # to show that a crash there leaves nothing behind.
         self.fire_hook = fire_hook
         self.schedules: dict[str, ScheduleConfig] = {
             name: s for name, s in config.schedules.items() if s.enabled
         }
-        self.conn: psycopg.Connection[Any] | None = None
         # Database time of this scheduler's last successful pass over each schedule.
         self.seen: dict[str, datetime] = {}
         self.next_fire: dict[str, datetime] = {}
@@ -99,7 +97,7 @@ class Scheduler(ChildProcess):
             try:
                 anchor = self._pass()
             except (psycopg.Error, DatabaseUnavailable) as exc:
-                self._drop_connection()
+                self.drop_connection()
                 delay = self.reconnect.failed()
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 log.warning("scheduler pass failed (retrying in %.1fs): %s", delay,
@@ -109,7 +107,7 @@ class Scheduler(ChildProcess):
             if self.reconnect.succeeded():
                 log.info("scheduler reconnected to the database")
             last_pass = time.monotonic()
-        self._drop_connection()
+        self.drop_connection()
         return 0
 
     def _time_to_next_pass(self, anchor: tuple[datetime, float] | None,
@@ -125,20 +123,8 @@ class Scheduler(ChildProcess):
         until_fire = (min(self.next_fire.values()) - estimated_now).total_seconds()
         return min(refresh, until_fire)
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self.conn is None or self.conn.closed:
-            with self.beating():
-                self.conn = connect(self.dsn, autocommit=True)
-        return self.conn
-
-    def _drop_connection(self) -> None:
-        if self.conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                self.conn.close()
-        self.conn = None
-
     def _pass(self) -> tuple[datetime, float]:
-        conn = self._connection()
+        conn = self.connection()
         now = store.db_now(conn)
         read_at = time.monotonic()
         self._fire_due(conn, now)
@@ -151,7 +137,7 @@ class Scheduler(ChildProcess):
 
         `at` replaces the database's now() for choosing fire times; only tests of calendar
         edges (a daylight-saving day) pass it, since the server clock cannot be moved."""
-        conn = self._connection()
+        conn = self.connection()
         return self._fire_due(conn, store.db_now(conn) if at is None else at)
 
     def _fire_due(self, conn: psycopg.Connection[Any], now: datetime) -> list[Fired]:

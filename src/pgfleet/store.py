@@ -7,6 +7,7 @@ the application's own (transactional enqueue) or a worker's autocommit connectio
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
@@ -545,3 +546,23 @@ def jobs_created_since(conn: Conn, after: int) -> tuple[dict[str, int], int]:
 
 def queue_known(conn: Conn, queue: str) -> bool:
     return bool(_scalar(conn, "queue_known", {"queue": queue}))
+
+
+def publish_task_defaults(
+        conn: Conn, rows: Sequence[tuple[str, str | None, int | None, str | None]]) -> int:
+    """Write (task, queue, max_attempts, backoff JSON) rows to pgfleet.task_defaults;
+    returns the rows changed."""
+    return _exec(conn, "publish_task_defaults", {
+        "tasks": [r[0] for r in rows], "queues": [r[1] for r in rows],
+        "max_attempts": [r[2] for r in rows], "backoffs": [r[3] for r in rows]})
+
+
+def report_failed_queues(conn: Conn, *, id: str, failed: Mapping[str, str]) -> None:
+    """Record on supervisor `id`'s row the queues it gave up on (queue → reason)."""
+    _exec(conn, "report_failed_queues", {"id": id, "failed": json.dumps(dict(failed))})
+
+
+def publish_queue_defaults(conn: Conn, rows: Mapping[str, int]) -> int:
+    """Write queue → max_attempts to pgfleet.queue_defaults; rows changed."""
+    return _exec(conn, "publish_queue_defaults", {
+        "queues": list(rows), "max_attempts": list(rows.values())})

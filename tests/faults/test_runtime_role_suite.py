@@ -52,12 +52,13 @@ def test_the_runtime_role_has_the_documented_grants_and_no_ddl() -> None:
 
 
 # The core files grew (crash containment, refunds, the lease watchdog): about six minutes
-# on a quiet machine, so the sub-run gets fifteen and the test a minute more.
+# on a quiet machine in one process, so the sub-run uses two (pytest-xdist, as `make test`
+# does), gets fifteen minutes and the test a minute more.
 @pytest.mark.timeout(960)
 def test_core_suite_passes_as_the_runtime_role() -> None:
     env = {**os.environ, "PGFLEET_TEST_ROLE": "runtime"}
     env.pop("PYTEST_ADDOPTS", None)
-    argv = [sys.executable, "-m", "pytest", *CORE, "-q", "-p", "no:cacheprovider",
+    argv = [sys.executable, "-m", "pytest", *CORE, "-q", "-n", "2", "-p", "no:cacheprovider",
             *(f"--deselect={t}" for t in FLAKY)]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)

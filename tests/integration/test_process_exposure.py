@@ -77,3 +77,38 @@ def test_database_url_is_hidden_from_the_command_line(tmp_path: Path) -> None:
                                                           "list"]):
             shown = shown_while_running(argv, lambda: True, tmp_path)
             assert "s3cretpw" not in shown and "127.0.0.1" not in shown, shown
+
+
+# Started before pgfleet: records what /proc/self/cmdline shows when the first slow
+# dependency (the database driver) begins to import.
+SPY = """
+import os, sys
+
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "psycopg" and not os.path.exists(os.environ["SEEN"]):
+            with open(os.environ["SEEN"], "wb") as out:
+                out.write(open("/proc/self/cmdline", "rb").read())
+        return None
+
+sys.meta_path.insert(0, Spy())
+"""
+
+
+def test_database_url_is_hidden_before_the_dependencies_load(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(SPY)
+    seen = tmp_path / "seen"
+    url = "postgresql://pgfleet:s3cretpw@127.0.0.1:1/db"
+    env = {**os.environ, "SEEN": str(seen),
+           "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ['PYTHONPATH']}"}
+    for argv in (["--database-url", url, "status"], ["status", f"--database-url={url}"]):
+        seen.unlink(missing_ok=True)
+        subprocess.run([sys.executable, "-m", "pgfleet", *argv], env=env, timeout=60,
+                       capture_output=True)
+        shown = seen.read_bytes().replace(b"\0", b" ").decode()
+        assert "s3cretpw" not in shown and "--database-url" in shown, shown
+    # An application importing pgfleet keeps its own command line, option and all.
+    seen.unlink()
+    subprocess.run([sys.executable, "-c", "import pgfleet", "--database-url", url], env=env,
+                   timeout=60, capture_output=True, check=True)
+    assert "s3cretpw" in seen.read_bytes().decode()

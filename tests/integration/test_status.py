@@ -51,13 +51,18 @@ def seed(conn: psycopg.Connection[Any]) -> None:
              supervisor="sup-gone"),
     ):
         store.register_process(conn, **row)
+    # beta's supervisor gave up on a queue no process or job names (migration 0010).
+    store.report_failed_queues(conn, id="sup-b", failed={"gone": "workers crashed 10 times"})
     conn.execute("UPDATE pgfleet.processes SET heartbeat_at = now() - interval '42 seconds'"
                  " WHERE id = 'w-b1'")
 
 
 def check(data: dict[str, Any]) -> None:
     queues = {q["queue"]: q for q in data["queues"]}
-    assert list(queues) == ["idle", "mail", "reports"]
+    assert list(queues) == ["gone", "idle", "mail", "reports"]
+    assert queues["gone"]["failed_on"] == [
+        {"host": "beta", "supervisor": "sup-b", "reason": "workers crashed 10 times"}]
+    assert queues["gone"]["waiting"] == 0
     mail = queues["mail"]
     assert (mail["waiting"], mail["scheduled"], mail["running"], mail["dead"]) == (3, 1, 1, 2)
     assert mail["finished_last_minute"] == 3  # two succeeded and one dead within 60 s
@@ -69,7 +74,7 @@ def check(data: dict[str, Any]) -> None:
     assert reports["finished_last_minute"] == 1
     assert queues["idle"] == {"queue": "idle", "waiting": 0, "scheduled": 0, "running": 0,
                               "dead": 0, "oldest_waiting_age": None,
-                              "finished_last_minute": 0, "paused": False}
+                              "finished_last_minute": 0, "paused": False, "failed_on": []}
 
     hosts = {h["host"]: h for h in data["hosts"]}
     assert list(hosts) == ["alpha", "beta"]
@@ -109,13 +114,17 @@ def test_render_is_an_aligned_table(conn: psycopg.Connection[Any]) -> None:
     lines = text.splitlines()
     header = lines[0]
     assert header.split() == ["QUEUE", "WAITING", "SCHEDULED", "RUNNING", "DEAD", "OLDEST",
-                              "WAITING", "DONE/1MIN", "PAUSED"]
+                              "WAITING", "DONE/1MIN", "PAUSED", "FAILED", "ON"]
     mail = next(line for line in lines if line.startswith("mail "))
     assert mail.split()[1:5] == ["3", "1", "1", "2"]
-    assert mail.endswith("no")
+    assert mail.split()[-2:] == ["no", "-"]
+    gone = next(line for line in lines if line.startswith("gone "))
+    assert gone.split()[-2:] == ["no", "beta"]
+    assert gone.index("beta") == header.index("FAILED ON")
+    assert "queue gone failed on beta (sup-b): workers crashed 10 times" in lines
     # Numbers end under their headings.
     assert mail.index(" 3 ") + 2 == header.index("WAITING") + len("WAITING")
-    assert next(line for line in lines if line.startswith("reports ")).endswith("yes")
+    assert next(line for line in lines if line.startswith("reports ")).split()[-2] == "yes"
     assert "HOST alpha" in lines and "HOST beta" in lines
     assert any(line.startswith("  supervisor") and "sup-a" in line for line in lines)
     assert any(line.startswith("    worker") and "w-b1" in line and "heartbeat 4" in line

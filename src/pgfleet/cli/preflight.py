@@ -44,8 +44,9 @@ def task_modules(config: Config) -> list[tuple[str, str]]:
 
 
 def missing_modules(config: Config) -> list[str]:
-    return [f"{where}: no module named {module!r}"
-            for where, module in task_modules(config) if not locate_module(module)]
+    return config.hide_values([f"{where}: no module named {module!r}"
+                               for where, module in task_modules(config)
+                               if not locate_module(module)])
 
 
 def import_problems(config: Config) -> list[str]:
@@ -62,7 +63,7 @@ def import_problems(config: Config) -> list[str]:
             first = text.splitlines()[0] if text else ""
             problems.append(f"{where}: task module {module!r} fails to import: "
                             f"{type(exc).__name__}: {first}".rstrip(": "))
-    return problems + middleware_problems(config)
+    return config.hide_values(problems + middleware_problems(config))
 
 
 def middleware_problems(config: Config) -> list[str]:
@@ -90,15 +91,15 @@ def unregistered_schedule_tasks(config: Config) -> tuple[list[str], list[str]]:
     except Exception as exc:
         # A module that fails to import is a runtime fault (its queue backs off), not a
         # configuration error; the schedule check then cannot be made.
-        return [], [f"could not import the task modules to check schedules: "
-                    f"{type(exc).__name__}: {exc}"]
+        return [], config.hide_values([f"could not import the task modules to check "
+                                       f"schedules: {type(exc).__name__}: {exc}"])
     problems = [
         f"{config.where('schedules', name, 'task')}: task {schedule.task!r} is not registered "
         f"by the modules in `tasks`"
         for name, schedule in config.schedules.items()
         if registry.get(schedule.task) is None
     ]
-    return problems, []
+    return config.hide_values(problems), []
 
 
 def check_in_child(config: Config) -> tuple[list[str], list[str]]:
@@ -146,5 +147,5 @@ def web_problems(config: Config, dsn: str) -> list[str]:
     try:
         from_config(config, dsn).check()
     except WebSettingsError as exc:
-        return [str(exc)]
+        return config.hide_values([str(exc)])
     return []

@@ -17,10 +17,10 @@ from pgfleet.cli.jobs import jobs
 from pgfleet.cli.migrate import migrate
 from pgfleet.cli.queues import queues
 from pgfleet.cli.run import run
-from pgfleet.cli.shown_argv import hide_database_url
 from pgfleet.cli.status import status
 from pgfleet.cli.web import web
 from pgfleet.cli.worker import worker
+from pgfleet.shown_argv import hide_database_url
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

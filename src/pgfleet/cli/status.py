@@ -14,8 +14,10 @@ from pgfleet.errors import PgfleetError
 QUEUE_COLUMNS = (
     ("QUEUE", "queue"), ("WAITING", "waiting"), ("SCHEDULED", "scheduled"),
     ("RUNNING", "running"), ("DEAD", "dead"), ("OLDEST WAITING", "oldest_waiting_age"),
-    ("DONE/1MIN", "finished_last_minute"), ("PAUSED", "paused"),
+    ("DONE/1MIN", "finished_last_minute"), ("PAUSED", "paused"), ("FAILED ON", "failed_on"),
 )
+# Columns after the counts, left-aligned.
+TEXT_COLUMNS = 2
 
 
 def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -30,7 +32,8 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         finished = store.finished_last_minute(conn)
         paused = store.paused_queues(conn)
         processes = store.processes(conn)
-    names = ({c[0] for c in counts} | set(oldest) | set(finished) | paused
+    failed = _failed_on(processes)
+    names = ({c[0] for c in counts} | set(oldest) | set(finished) | paused | set(failed)
              | {p["queue"] for p in processes if p["queue"]})
     by_key = {(queue, state): n for queue, state, n in counts}
     queues = [
@@ -43,10 +46,24 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             "oldest_waiting_age": oldest.get(name),
             "finished_last_minute": finished.get(name, 0),
             "paused": name in paused,
+            "failed_on": failed.get(name, []),
         }
         for name in sorted(names)
     ]
     return {"queues": queues, "hosts": _hosts(processes)}
+
+
+def _failed_on(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
+    """Queue → the supervisors that gave up on it (crash_limit, start failures), from
+    their rows (migration 0010): each with its host and the reason."""
+    failed: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        if row["kind"] != "supervisor":
+            continue
+        for queue, reason in sorted((row.get("failed_queues") or {}).items()):
+            failed.setdefault(queue, []).append(
+                {"host": row["host"], "supervisor": row["id"], "reason": reason})
+    return failed
 
 
 def _hosts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -101,15 +118,20 @@ def render(data: dict[str, Any]) -> str:
                 q["queue"], str(q["waiting"]), str(q["scheduled"]), str(q["running"]),
                 str(q["dead"]), age(q["oldest_waiting_age"]), str(q["finished_last_minute"]),
                 "yes" if q["paused"] else "no",
+                ",".join(sorted({f["host"] for f in q["failed_on"]})) or "-",
             ])
         widths = [max(len(row[i]) for row in cells) for i in range(len(QUEUE_COLUMNS))]
+        numbers = slice(1, len(QUEUE_COLUMNS) - TEXT_COLUMNS)
         for row in cells:
-            # Queue name left-aligned, numbers right-aligned, PAUSED left-aligned.
+            # Queue name left-aligned, numbers right-aligned, PAUSED and FAILED left.
             parts = [row[0].ljust(widths[0])]
-            parts += [cell.rjust(width) for cell, width in zip(row[1:-1], widths[1:-1],
+            parts += [cell.rjust(width) for cell, width in zip(row[numbers], widths[numbers],
                                                                strict=True)]
-            parts.append(row[-1])
+            parts += [cell.ljust(width) for cell, width in zip(
+                row[-TEXT_COLUMNS:], widths[-TEXT_COLUMNS:], strict=True)]
             lines.append("  ".join(parts).rstrip())
+        lines += [f"queue {q['queue']} failed on {f['host']} ({f['supervisor']}): {f['reason']}"
+                  for q in data["queues"] for f in q["failed_on"]]
     else:
         lines.append("no queues have jobs or workers")
     lines.append("")

@@ -44,4 +44,5 @@ def parse_config_text(
     assert config is not None
     config._source = filename
     config._lines = document.lines
+    config._interpolated = document.interpolated
     return config

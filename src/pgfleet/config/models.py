@@ -23,7 +23,7 @@ from pgfleet.config.fields import (
     parse_listen,
     relation_error,
 )
-from pgfleet.config.messages import KeyPath, dotted, line_for
+from pgfleet.config.messages import KeyPath, dotted, line_for, without_values
 from pgfleet.cron import CronError, validate_cron, validate_timezone
 from pgfleet.durations import format_duration
 
@@ -382,6 +382,8 @@ class Config(BaseModel):
     # (a task module that does not exist, a schedule naming an unregistered task).
     _source: str = PrivateAttr(default="<config>")
     _lines: dict[KeyPath, int] = PrivateAttr(default_factory=dict)
+    # Values taken from the environment by `${VAR}`, by name: hidden in every message.
+    _interpolated: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -391,6 +393,12 @@ class Config(BaseModel):
     def where(self, *path: str | int) -> str:
         """`FILE:LINE: key.path` for a key path of this config."""
         return f"{self._source}:{line_for(tuple(path), self._lines)}: {dotted(tuple(path))}"
+
+    def hide_values(self, messages: list[str]) -> list[str]:
+        """`messages` with every value this file took from the environment shown as
+        `${NAME}`: checks made after validation (a task module, a schedule's task, the
+        web section) quote values, and a variable may hold a password."""
+        return [without_values(m, self._interpolated) for m in messages]
 
     def queue_poll_interval(self, name: str) -> float:
         """The polling period of queue `name`, falling back to the top-level one."""

@@ -127,10 +127,12 @@ UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease
 RETURNING id
 
 -- name: held_by :many
--- The running jobs a dead worker held, for the rescue below to price their retries.
-SELECT id, queue, attempt FROM pgfleet.jobs
- WHERE lease_holder = %(worker)s AND state = 'running'
- ORDER BY id
+-- The running jobs a dead worker held, for the rescue below to price their retries: with
+-- their task's published backoff (0010) when there is one.
+SELECT j.id, j.queue, j.attempt, td.backoff AS task_backoff
+  FROM pgfleet.jobs j LEFT JOIN pgfleet.task_defaults td ON td.task = j.task
+ WHERE j.lease_holder = %(worker)s AND j.state = 'running'
+ ORDER BY j.id
 
 -- name: rescue_holder :many
 -- R3a: the supervisor saw this worker exit; its running jobs failed with the reason, and
@@ -302,7 +304,7 @@ SELECT queue, count(*) AS count FROM pgfleet.jobs
  GROUP BY queue
 
 -- name: processes :many
-SELECT id, host, pid, kind, queue, supervisor,
+SELECT id, host, pid, kind, queue, supervisor, failed_queues,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
   FROM pgfleet.processes ORDER BY host, kind, queue NULLS FIRST, pid
 
@@ -368,3 +370,34 @@ SELECT EXISTS (SELECT 1 FROM pgfleet.processes WHERE queue = %(queue)s)
     OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s AND state = 'queued')
     OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s AND state = 'dead')
     OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s)
+
+-- name: publish_task_defaults :exec
+-- A supervisor's registered tasks' enqueue defaults (migration 0009), as three parallel
+-- arrays. The current config overwrites whatever is there, NULLs included (a declaration
+-- removed from the code); identical rows are not rewritten, and rows are taken in name
+-- order so two hosts publishing at once cannot deadlock.
+INSERT INTO pgfleet.task_defaults AS d (task, queue, max_attempts, backoff)
+SELECT t.task, t.queue, t.max_attempts, t.backoff::jsonb
+  FROM unnest(%(tasks)s::text[], %(queues)s::text[], %(max_attempts)s::int[],
+              %(backoffs)s::text[]) AS t (task, queue, max_attempts, backoff)
+ ORDER BY t.task
+ON CONFLICT (task) DO UPDATE
+   SET queue = EXCLUDED.queue, max_attempts = EXCLUDED.max_attempts,
+       backoff = EXCLUDED.backoff, updated_at = now()
+ WHERE (d.queue, d.max_attempts, d.backoff)
+       IS DISTINCT FROM (EXCLUDED.queue, EXCLUDED.max_attempts, EXCLUDED.backoff)
+
+-- name: publish_queue_defaults :exec
+-- A supervisor's configured queues' max_attempts, as two parallel arrays; as above.
+INSERT INTO pgfleet.queue_defaults AS d (queue, max_attempts)
+SELECT q.queue, q.max_attempts
+  FROM unnest(%(queues)s::text[], %(max_attempts)s::int[]) AS q (queue, max_attempts)
+ ORDER BY q.queue
+ON CONFLICT (queue) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, updated_at = now()
+ WHERE d.max_attempts IS DISTINCT FROM EXCLUDED.max_attempts
+
+-- name: report_failed_queues :exec
+-- A supervisor's failed queues (0010), as its maintenance process last read them from the
+-- arbiter; rewritten only when they changed.
+UPDATE pgfleet.processes SET failed_queues = %(failed)s::jsonb
+ WHERE id = %(id)s AND failed_queues IS DISTINCT FROM %(failed)s::jsonb

@@ -74,6 +74,8 @@ class Supervisor:
         self.supervisor_id = f"{self.host}:{os.getpid()}:{self.token}"
         self.children: dict[int, Child] = {}
         self.restarts = Restarts()
+        # Queues whose next worker publishes the enqueue defaults (pgfleet.defaults).
+        self.unpublished = set(config.queues)
         self.extra_processes = 0
         self.signals: list[int] = []
         self.stopping: str | None = None
@@ -204,9 +206,11 @@ class Supervisor:
         board_index = self.free_slots.pop()
         self.board.reset_unready(board_index)
         self.board.set_peers(board_index, self._worker_count(slot))
+        publish = slot.kind == "worker" and slot.queue in self.unpublished
+        self.unpublished.discard(slot.queue or "")
         pid = os.fork()
         if pid == 0:
-            self._become_child(slot, board_index)
+            self._become_child(slot, board_index, publish)
         worker_id = f"{self.host}:{pid}:{self.token}"
         self.children[pid] = Child(pid, slot, board_index, time.monotonic(), worker_id)
         log.info("spawned %s pid %d", label(slot), pid)
@@ -214,7 +218,7 @@ class Supervisor:
     def _worker_count(self, slot: Slot) -> int:
         return worker_count(self.config, slot.queue, self.extra_processes)
 
-    def _become_child(self, slot: Slot, board_index: int) -> None:
+    def _become_child(self, slot: Slot, board_index: int, publish: bool) -> None:
         os.close(self.wake_read)
         os.close(self.wake_write)
         self.rescue.close(keep_reader=slot.kind == "maintenance")
@@ -223,6 +227,7 @@ class Supervisor:
             supervisor_id=self.supervisor_id, supervisor_pid=os.getppid(),
             title=describe(slot, self._worker_count(slot)),
             beacon=self.board.beacon(board_index), rescue_fd=self.rescue.read_fd,
+            publish_defaults=publish, failed_queues=self.restarts.failed,
         )
         config, dsn = self.config, self.dsn
         run_child(identity.title, lambda: run_slot(config, dsn, slot, identity))
@@ -300,6 +305,7 @@ class Supervisor:
         log.info("reloading %s: starting the new set, retiring the old", self.config_path)
         self.config = self.adjust(fresh) if self.adjust is not None else fresh
         self.restarts.reset()
+        self.unpublished = set(self.config.queues)
         for child in list(self.children.values()):
             self._retire(child, "reload")
 

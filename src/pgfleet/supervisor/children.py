@@ -10,6 +10,7 @@ from typing import Protocol
 from pgfleet.config import Config
 from pgfleet.errors import PgfleetError
 from pgfleet.supervisor.beacon import Beacon
+from pgfleet.supervisor.failed_queues import FailedQueues
 
 log = logging.getLogger("pgfleet.children")
 
@@ -40,6 +41,10 @@ class Identity:
     title: str
     beacon: Beacon
     rescue_fd: int
+    # A worker: publish its queue's and tasks' enqueue defaults (pgfleet.defaults).
+    publish_defaults: bool = False
+    # Maintenance: the queues the arbiter gave up on, to record in the database.
+    failed_queues: FailedQueues | None = None
 
 
 def desired_slots(config: Config, extra_processes: int) -> list[Slot]:
@@ -96,6 +101,7 @@ def build(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None
         return Maintenance(
             config, dsn, supervisor_id=me.supervisor_id, supervisor_pid=me.supervisor_pid,
             rescue_fd=me.rescue_fd, beacon=me.beacon, own_id=me.worker_id,
+            failed_queues=me.failed_queues,
         )
     if slot.kind == "scheduler":
         from pgfleet.scheduler import Scheduler
@@ -132,6 +138,7 @@ def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable
     """A worker of the slot's queue; None (logged) if its task modules do not import."""
     from pgfleet import middleware
     from pgfleet.child import set_title
+    from pgfleet.defaults import for_worker
     from pgfleet.tasks import load_registry
     from pgfleet.worker import Worker, build_settings
 
@@ -152,4 +159,5 @@ def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable
         supervisor_id=me.supervisor_id,
         title=lambda status: set_title(f"{describe(slot, me.beacon.peers())}: {status}"),
         beacon=me.beacon,
+        defaults=for_worker(config, slot.queue, registry) if me.publish_defaults else None,
     ))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pgfleet import metrics
 from pgfleet.config import Config
 from pgfleet.supervisor.children import Slot, label
+from pgfleet.supervisor.failed_queues import FailedQueues
 
 log = logging.getLogger("pgfleet.supervisor")
 
@@ -34,6 +35,8 @@ def health_key(slot: Slot) -> str:
 class Restarts:
     def __init__(self) -> None:
         self.health: dict[str, QueueHealth] = {}
+        # What the maintenance process records in the database for `pgfleet status`.
+        self.failed = FailedQueues()
 
     def may_start(self, slot: Slot, now: float) -> bool:
         health = self.health.setdefault(health_key(slot), QueueHealth())
@@ -57,6 +60,8 @@ class Restarts:
         if health.failures >= policy.max_start_failures and slot.kind == "worker":
             health.failed = True
             metrics.queue_failed.labels(queue).set(1)
+            self.failed.mark(queue, f"workers died at start-up {health.failures} times in "
+                                    f"a row")
             log.error("queue %r failed: its workers died at start-up %d times in a row; "
                       "not restarting it (the other queues keep running; HUP to retry)",
                       queue, health.failures)
@@ -79,6 +84,8 @@ class Restarts:
         if len(health.crashes) >= limit.count:
             health.failed = True
             metrics.queue_failed.labels(queue).set(1)
+            self.failed.mark(queue, f"workers crashed {len(health.crashes)} times within "
+                                    f"{limit.window:.0f}s")
             log.error("queue %r failed: its workers crashed %d times within %.0fs; not "
                       "restarting it (the other queues keep running; HUP to retry)",
                       queue, len(health.crashes), limit.window)
@@ -94,3 +101,4 @@ class Restarts:
             if not key.startswith("@"):
                 metrics.queue_failed.labels(key).set(0)
         self.health.clear()
+        self.failed.clear()

@@ -28,6 +28,7 @@ import psycopg
 from pgfleet import metrics, store
 from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.db import connect, scrub
+from pgfleet.defaults import publish as publish_defaults
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
@@ -59,6 +60,11 @@ def over_memory(max_memory: int | None) -> str | None:
 def jittered_limit(max_jobs: int | None) -> int | None:
     # ±10 % so a fleet started together does not recycle together.
     return None if max_jobs is None else max(1, round(max_jobs * random.uniform(0.9, 1.1)))
+
+
+def jobs_running(count: int) -> str:
+    """The status part of a worker's process title: `0 jobs`, `1 job`, `3 jobs`."""
+    return f"{count} job" if count == 1 else f"{count} jobs"
 
 
 def first_line(exc: BaseException) -> str:
@@ -108,6 +114,7 @@ class Worker(ChildProcess):
         """Run until stopped; returns the process exit code."""
         if not self._connect_first():
             return self.exit_code
+        publish_defaults(self.conn, self.s.defaults, self.s.dsn)
         self.executor.start(self.s.threads)
         # Only a worker that owns its process may end it: one run on another thread lives
         # in someone else's process (a test, an application) and relies on its loop's check.
@@ -355,7 +362,7 @@ class Worker(ChildProcess):
             metrics.workers_busy.labels(self.s.queue).set(busy)
         self.shown_busy, self.shown_peers = busy, peers
         if self.s.title is not None:
-            self.s.title(f"{busy} jobs")
+            self.s.title(jobs_running(busy))
 
     # ---- stopping ------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pgfleet.backoff import Backoff
 from pgfleet.config import Config, QueueConfig
+from pgfleet.defaults import Defaults
 from pgfleet.payload import MAX_ARGS_BYTES
 from pgfleet.supervisor.beacon import Beacon
 from pgfleet.tasks import Registry
@@ -41,12 +42,14 @@ class WorkerSettings:
     supervisor_id: str | None
     title: Callable[[str], None] | None
     beacon: Beacon | None
+    # Enqueue defaults to publish once connected (pgfleet.defaults); None: publish nothing.
+    defaults: Defaults | None
 
 
 def build_settings(config: Config | None, queue_name: str, *, dsn: str, registry: Registry,
                    worker_id: str = "", supervisor_id: str | None = None,
                    title: Callable[[str], None] | None = None, beacon: Beacon | None = None,
-                   **overrides: Any) -> WorkerSettings:
+                   defaults: Defaults | None = None, **overrides: Any) -> WorkerSettings:
     """The settings of a worker of `queue_name`; a queue the config does not name runs
     with the queue defaults. `overrides` replace single fields (command-line options,
     tests) and are checked against the field names. Without a config (a worker run
@@ -65,5 +68,6 @@ def build_settings(config: Config | None, queue_name: str, *, dsn: str, registry
         backoff=queue.backoff.to_backoff(),
         max_jobs=queue.max_jobs, max_memory=queue.max_memory, args_limit=MAX_ARGS_BYTES,
         worker_id=worker_id, supervisor_id=supervisor_id, title=title, beacon=beacon,
+        defaults=defaults,
     )
     return dataclasses.replace(settings, **overrides)
