@@ -6,6 +6,11 @@ from pgfleet.shown_argv import hide_in_command
 
 hide_in_command()
 
+from pgfleet.async_client import (  # noqa: E402
+    enqueue_async,
+    enqueue_job_async,
+    enqueue_many_async,
+)
 from pgfleet.client import enqueue, enqueue_job, enqueue_many  # noqa: E402
 from pgfleet.context import JobContext, current_job  # noqa: E402
 from pgfleet.control import cancel, cancel_many, result  # noqa: E402
@@ -30,8 +35,11 @@ __all__ = [
     "cancel_many",
     "current_job",
     "enqueue",
+    "enqueue_async",
     "enqueue_job",
+    "enqueue_job_async",
     "enqueue_many",
+    "enqueue_many_async",
     "result",
     "task",
 ]

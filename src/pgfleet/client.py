@@ -6,14 +6,14 @@ pass a DSN string and pgfleet opens, commits and closes a connection of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from pgfleet import payload, store
+from pgfleet import payload, producer, store
 from pgfleet.db import connect
 from pgfleet.errors import PayloadError
 from pgfleet.rows import Enqueued
@@ -138,13 +138,23 @@ def enqueue_job(
         max_attempts=max_attempts, unique_key=unique_key, meta=meta,
         concurrency_key=concurrency_key,
     )
-    task_name, args_json, queue_name, priority, delay_s, at, attempts, key, meta_json, ck = row
+    return producer.send([row], lambda rows: _insert_one(conn, rows[0]),
+                         lambda done: [done.job_id], lambda ids: Enqueued(ids[0], True))
+
+
+def _insert_one(conn: ConnOrDsn, row: Row) -> Enqueued:
     with _connection(conn) as c:
-        return store.enqueue(
-            c, task=task_name, args_json=args_json, queue=queue_name, priority=priority,
-            delay=delay_s, run_at=at, max_attempts=attempts, unique_key=key,
-            meta_json=meta_json, concurrency_key=ck,
-        )
+        return store.enqueue(c, **_fields(row))
+
+
+def _fields(row: Row) -> dict[str, Any]:
+    """store.enqueue's keyword arguments for one row (also async_client's)."""
+    task_name, args_json, queue_name, priority, delay_s, at, attempts, key, meta_json, ck = row
+    return dict(
+        task=task_name, args_json=args_json, queue=queue_name, priority=priority,
+        delay=delay_s, run_at=at, max_attempts=attempts, unique_key=key,
+        meta_json=meta_json, concurrency_key=ck,
+    )
 
 
 def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -154,6 +164,12 @@ def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int
     `run_at`, `max_attempts`, `unique_key`, `meta` and `concurrency_key`. Every job is
     validated before the first row is sent, so a bad one leaves nothing behind.
     """
+    return producer.send(_rows(jobs), lambda rows: _insert_rows(conn, rows),
+                         lambda ids: ids, lambda ids: ids)
+
+
+def _rows(jobs: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """Validate the jobs of a bulk enqueue; PayloadError names the first bad one."""
     rows: list[Row] = []
     append = rows.append
     for index, job in enumerate(jobs):
@@ -172,6 +188,10 @@ def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int
             raise PayloadError(f"jobs[{index}].task", "is missing") from None
         except PayloadError as exc:
             raise PayloadError(f"jobs[{index}].{exc.field}", exc.problem) from None
+    return rows
+
+
+def _insert_rows(conn: ConnOrDsn, rows: Sequence[Row]) -> list[int]:
     ids: list[int] = []
     with _connection(conn) as c:
         for start in range(0, len(rows), BULK_CHUNK):

@@ -43,6 +43,7 @@ class ClaimedJob:
     max_attempts: int
     args_size: int
     wait_seconds: float
+    meta: str | None = None  # JSON text of the job's meta; None when it is empty
 
 
 

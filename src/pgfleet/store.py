@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import class_row
 
-from pgfleet import payload
-from pgfleet.errors import PayloadError, PgfleetError
+from pgfleet import enqueue_plan, payload
+from pgfleet.errors import PayloadError
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
 from pgfleet.rows import (
     CancelledJob as CancelledJob,
@@ -52,6 +52,7 @@ from pgfleet.rows import (
 )
 
 Conn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
 Row = TypeVar("Row")
 Params = Mapping[str, Any] | None
 
@@ -138,6 +139,30 @@ def enqueue(
     concurrency_key: str | None = None,
 ) -> Enqueued:
     """Add one job; a None queue or max_attempts takes the configured default."""
+    params = enqueue_params(
+        task=task, args_json=args_json, queue=queue, priority=priority, delay=delay,
+        run_at=run_at, max_attempts=max_attempts, unique_key=unique_key, meta_json=meta_json,
+        concurrency_key=concurrency_key)
+    if run_at is not None:
+        return _one(conn, "enqueue_at", params, Enqueued)
+    return _one(conn, "enqueue", params, Enqueued)
+
+
+def enqueue_params(
+    *,
+    task: str,
+    args_json: str,
+    queue: str | None,
+    priority: int,
+    delay: float,
+    run_at: datetime | None,
+    max_attempts: int | None,
+    unique_key: str | None,
+    meta_json: str | None = None,
+    concurrency_key: str | None = None,
+) -> dict[str, Any]:
+    """The parameters of the enqueue query, or of enqueue_at with a run_at (shared by
+    enqueue and enqueue_async)."""
     params: dict[str, Any] = dict(
         task=task, args=args_json, queue=queue, priority=priority,
         max_attempts=max_attempts, unique_key=unique_key, meta=meta_json or "{}",
@@ -145,9 +170,9 @@ def enqueue(
     )
     if run_at is not None:
         params["run_at"] = run_at
-        return _one(conn, "enqueue_at", params, Enqueued)
-    params["delay"] = delay
-    return _one(conn, "enqueue", params, Enqueued)
+    else:
+        params["delay"] = delay
+    return params
 
 
 def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
@@ -156,58 +181,71 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
 
     Each row is (task, args JSON, queue, priority, delay, run_at, max_attempts,
     unique_key, meta JSON, concurrency_key), as client._row makes it."""
-    if not rows:
-        return []
-    inserted = _insert_many(conn, rows)
-    tasks = [row[0] for row in rows]
-    unique_keys = [row[7] for row in rows]
-    if not any(unique_keys):
-        # RETURNING follows the insertion order, which follows ORDER BY ord.
-        return [job.id for job in inserted]
-    # Unique keys are scoped per task: a job is known by (task, unique key).
-    keyless = [job.id for job in inserted if job.unique_key is None]
-    by_key = {(job.task, job.unique_key): job.id for job in inserted
-              if job.unique_key is not None}
-    for _ in range(KEY_ROUNDS):
-        missing = [(task, key) for task, key in zip(tasks, unique_keys, strict=True)
-                   if key and (task, key) not in by_key]
-        if not missing:
-            break
-        found = _many(conn, "existing_by_unique_key", {
-            "tasks": [task for task, _ in missing],
-            "unique_keys": [key for _, key in missing]}, KeyHolder)
-        by_key.update({(job.task, job.unique_key): job.id for job in found})
-        # A key whose holder finished between the two statements is free again: insert
-        # those rows once more (their first row of each key, as the first insert did).
-        gone = {pair for pair in missing if pair not in by_key}
-        again = [row for row in rows if (row[0], row[7]) in gone]
-        by_key.update({(job.task, job.unique_key): job.id
-                       for job in _insert_many(conn, again) if job.unique_key is not None})
-    keyless_iter = iter(keyless)
+    plan = enqueue_plan.enqueue_many(rows)
     try:
-        return [by_key[(task, key)] if key else next(keyless_iter)
-                for task, key in zip(tasks, unique_keys, strict=True)]
-    except KeyError as exc:
-        raise PgfleetError(f"unique key {exc.args[0]!r} changed hands {KEY_ROUNDS} times "
-                           "during one enqueue_many; try again") from None
+        step = next(plan)
+        while True:
+            kind, value = step
+            if kind == "insert":
+                step = plan.send(_insert_many(conn, value))
+            else:
+                step = plan.send(_many(conn, "existing_by_unique_key", value, KeyHolder))
+    except StopIteration as done:
+        return list(done.value)
 
 
-# Rounds of look-up and re-insert for keys whose holder finished meanwhile; each round
-# needs a holder to finish within a few milliseconds, so more than two is rare.
-KEY_ROUNDS = 5
+def enqueue_many_params(rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
+    """The parameters of the enqueue_many query for rows (client._row's tuples)."""
+    (tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys, metas,
+     concurrency_keys) = (list(column) for column in zip(*rows, strict=True))
+    return {
+        "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
+        "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
+        "unique_keys": unique_keys, "metas": metas, "concurrency_keys": concurrency_keys,
+    }
 
 
 def _insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[KeyedJob]:
     if not rows:
         return []
-    (tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys, metas,
-     concurrency_keys) = (list(column) for column in zip(*rows, strict=True))
-    params = {
-        "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
-        "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
-        "unique_keys": unique_keys, "metas": metas, "concurrency_keys": concurrency_keys,
-    }
-    return _many(conn, "enqueue_many", params, KeyedJob)
+    return _many(conn, "enqueue_many", enqueue_many_params(rows), KeyedJob)
+
+
+# ---- the enqueues on an asyncio connection (pgfleet.enqueue_async): the same queries,
+# parameters and bulk plan, awaited.
+
+
+async def _fetch_async(conn: AsyncConn, name: str, params: Params, row: type[Row]) -> list[Row]:
+    query = catalogue()[name]
+    async with conn.cursor(row_factory=class_row(row)) as cur:
+        await cur.execute(query.sql, params)
+        rows = await cur.fetchall()
+    query.check_rows(len(rows))
+    return rows
+
+
+async def enqueue_async(conn: AsyncConn, **fields: Any) -> Enqueued:
+    """store.enqueue on an AsyncConnection; the keyword arguments of enqueue_params."""
+    params = enqueue_params(**fields)
+    name = "enqueue_at" if "run_at" in params else "enqueue"
+    return (await _fetch_async(conn, name, params, Enqueued))[0]
+
+
+async def enqueue_many_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
+    """store.enqueue_many on an AsyncConnection: the same plan of statements."""
+    plan = enqueue_plan.enqueue_many(rows)
+    try:
+        step = next(plan)
+        while True:
+            kind, value = step
+            if kind == "insert":
+                found: list[Any] = await _fetch_async(
+                    conn, "enqueue_many", enqueue_many_params(value), KeyedJob)
+            else:
+                found = await _fetch_async(conn, "existing_by_unique_key", value, KeyHolder)
+            step = plan.send(found)
+    except StopIteration as done:
+        return list(done.value)
 
 
 def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,

@@ -63,7 +63,21 @@ def import_problems(config: Config) -> list[str]:
             first = text.splitlines()[0] if text else ""
             problems.append(f"{where}: task module {module!r} fails to import: "
                             f"{type(exc).__name__}: {first}".rstrip(": "))
-    return config.hide_values(problems)
+    return config.hide_values(problems + middleware_problems(config))
+
+
+def middleware_problems(config: Config) -> list[str]:
+    """One line per `middleware:` entry that does not name an importable callable."""
+    from pgfleet.errors import PgfleetError
+    from pgfleet.middleware import resolve
+
+    problems = []
+    for index, name in enumerate(config.middleware):
+        try:
+            resolve(name)
+        except PgfleetError as exc:
+            problems.append(f"{config.where('middleware', index)}: {exc}")
+    return problems
 
 
 def unregistered_schedule_tasks(config: Config) -> tuple[list[str], list[str]]:

@@ -32,15 +32,20 @@ from pgfleet.config import Config, QueueConfig
 @click.option("--poll-interval", type=float, default=None,
               help="Seconds between polls (default: the queue default).")
 @click.option("--no-notify", is_flag=True, help="Poll only; do not LISTEN.")
+@click.option("--middleware", "middleware_names", multiple=True,
+              help="Callable module.name wrapping every job (repeatable, outermost first).")
 @click.option("--timeout", type=float, default=None,
               help="Seconds a job may run (default: the queue default).")
 @global_options
 @friendly
 def worker(queue_name: str, modules: tuple[str, ...], threads: int | None,
-           poll_interval: float | None, no_notify: bool, timeout: float | None) -> None:
+           poll_interval: float | None, no_notify: bool, middleware_names: tuple[str, ...],
+           timeout: float | None) -> None:
     """Run one worker process in the foreground (the supervisor forks these)."""
     # Imported here: the worker and the task registry are heavy, and only this command
     # needs them.
+    from pgfleet import middleware
+    from pgfleet.errors import PgfleetError
     from pgfleet.tasks import load_registry
     from pgfleet.worker import Worker
     from pgfleet.worker.settings import build_settings
@@ -53,6 +58,10 @@ def worker(queue_name: str, modules: tuple[str, ...], threads: int | None,
             fail(f"--tasks {module}: cannot import it: {type(exc).__name__}: "
                  f"{first_line(exc)}", EXIT_USAGE)
     registry = load_registry(modules)
+    try:
+        middleware.load(middleware_names)
+    except PgfleetError as exc:
+        fail(f"--middleware: {exc}", EXIT_USAGE)
     # The name `ps` shows, and the application_name of this worker's connections.
     setproctitle(f"pgfleet worker {queue_name}")
     w = Worker(build_settings(

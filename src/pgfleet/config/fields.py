@@ -79,7 +79,15 @@ def _check_name(name: str) -> str:
     return name
 
 
+def _check_callable(name: str) -> str:
+    if not _MODULE.fullmatch(name) or "." not in name:
+        raise ValueError(f"expected a dotted name module.callable like "
+                         f"myapp.jobs.with_sentry, got {name!r}")
+    return name
+
+
 ModuleName = Annotated[str, AfterValidator(_check_module)]
+CallableName = Annotated[str, AfterValidator(_check_callable)]
 Name = Annotated[str, AfterValidator(_check_name)]
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_valid
 from pgfleet.backoff import Backoff
 from pgfleet.config.fields import (
     FROZEN,
+    CallableName,
     Duration,
     Float,
     Int,
@@ -318,6 +319,11 @@ class Config(BaseModel):
     )
     tasks: list[ModuleName] = Field(
         default_factory=list, description="Modules whose @task functions workers may run."
+    )
+    middleware: list[CallableName] = Field(
+        default_factory=list,
+        description="Callables (module.name) wrapping every job run and enqueue of the "
+        "workers, outermost first (docs/integrations.md).",
     )
     notify: bool = Field(
         default=True, description="Wake workers with LISTEN/NOTIFY (polling stays)."

@@ -67,7 +67,10 @@ RETURNING j.id, j.task,
           -- that job alone and is never loaded into the worker's memory.
           CASE WHEN octet_length(j.args::text) <= %(args_limit)s THEN j.args::text END AS args,
           j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
-          extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds
+          extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds,
+          -- For middleware (the trace context of pgfleet.otel); NULL when empty, the
+          -- common case, so most claims carry nothing more.
+          nullif(j.meta, '{}'::jsonb)::text AS meta
 
 -- name: complete_succeeded :many
 -- R2: fenced by holder and attempt; a job whose lease was taken over is not touched.

@@ -136,6 +136,7 @@ def build_web(config: Config, dsn: str, me: Identity) -> Runnable | None:
 
 def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None:
     """A worker of the slot's queue; None (logged) if its task modules do not import."""
+    from pgfleet import middleware
     from pgfleet.child import set_title
     from pgfleet.defaults import for_worker
     from pgfleet.tasks import load_registry
@@ -147,6 +148,11 @@ def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable
     except Exception as exc:
         log.error("worker of queue %r cannot import its tasks: %s: %s", slot.queue,
                   type(exc).__name__, exc)
+        return None
+    try:
+        middleware.load(config.middleware)
+    except PgfleetError as exc:
+        log.error("worker of queue %r cannot load its middleware: %s", slot.queue, exc)
         return None
     return Worker(build_settings(
         config, slot.queue, dsn=dsn, registry=registry, worker_id=me.worker_id,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgfleet import context, metrics, payload, store
+from pgfleet import context, metrics, middleware, payload, store
 from pgfleet.errors import PayloadError
 from pgfleet.tasks import PermanentError, Registry, Retry, Snooze, Task
 from pgfleet.worker.job_log import UnknownTasks, interrupted
@@ -25,11 +25,19 @@ from pgfleet.worker.job_log import UnknownTasks, interrupted
 log = logging.getLogger("pgfleet.worker")
 
 MAX_ERROR_CHARS = 4000
+# Seconds an async job's interrupt from outside waits after its timeout: the coroutine's
+# own cancellation normally ends it first (see Executor._execute).
+ASYNC_GRACE = 1.0
 
 
 class JobTimeout(BaseException):
     """Raised inside a job's thread when it passes its timeout. A BaseException, so a
     task's `except Exception` does not swallow it."""
+
+
+class AsyncTimeout(JobTimeout):
+    """An async job's own timeout (asyncio.wait_for): raised inside the coroutine, so its
+    event loop is intact and stays in use."""
 
 
 class LeaseLost(BaseException):
@@ -119,6 +127,7 @@ class Executor:
         self.unknown_tasks = UnknownTasks()
         self.guard = threading.Lock()  # orders thread ids against interrupts
         self.threads: list[threading.Thread] = []
+        self.loops = EventLoops()
 
     def start(self, count: int) -> None:
         for index in range(count):
@@ -138,6 +147,15 @@ class Executor:
         self.running[job.id] = running
         self.todo.put(running)
         return label
+
+    def run_inline(self, job: store.ClaimedJob, registry: Registry,
+                   default_timeout: float) -> Outcome:
+        """Run a claimed job in the calling thread, as an executor thread would (for
+        pgfleet.testing). Only an async job's own timeout applies: no main loop watches."""
+        task = registry.get(job.task)
+        label = job.task if task is not None else metrics.UNKNOWN_TASK_LABEL
+        timeout = (task.timeout if task and task.timeout else None) or default_timeout
+        return self._execute(Running(job=job, task=task, label=label, timeout=timeout))
 
     def release(self, job_id: int) -> None:
         """The job's outcome is committed (or given up): its slot is free."""
@@ -165,6 +183,7 @@ class Executor:
             try:
                 running = get()
                 if running is None:
+                    self.loops.close()
                     return
                 put(self._execute(running))
                 wake()
@@ -178,14 +197,19 @@ class Executor:
             running.started = started
             running.thread_id = threading.get_ident()
             running.deadline = started + running.timeout
+            if running.task is not None and running.task.is_async:
+                # The coroutine's own timeout (wait_for) goes first and leaves its loop
+                # intact; the interrupt from outside is for a loop blocked in sync code.
+                running.deadline += ASYNC_GRACE
         outcome = Outcome(running)
         job = running.job
-        context.set_current(context.JobContext(
+        current = context.JobContext(
             id=job.id, queue=self.queue, task=job.task, attempt=job.attempt,
             max_attempts=job.max_attempts, worker=self.worker_id, control=running.control,
-        ))
+        )
+        context.set_current(current)
         try:
-            outcome.result = _result_json(self._call(running))
+            outcome.result = _result_json(self._call(running, current))
         except Cancelled:
             outcome.cancelled = True
         except JobTimeout:
@@ -219,12 +243,25 @@ class Executor:
             and not outcome.stopped and not running.lost
         return outcome
 
-    def _call(self, running: Running) -> Any:
-        job, task = running.job, running.task
+    def _call(self, running: Running, current: context.JobContext) -> Any:
         if running.lost:
             raise LeaseLost()  # taken over while it waited for a thread (prefetch)
         if running.control.cancelled:
             raise Cancelled()  # cancelled while it waited for a thread
+        if not middleware.active():
+            return self._invoke(running)
+        event = middleware.JobRun(job=current, task=running.task, meta_json=running.job.meta)
+        with middleware.around(event):
+            try:
+                value = self._invoke(running)
+            except BaseException as exc:
+                event.outcome = _outcome_name(exc)
+                raise
+            event.outcome = "succeeded"
+        return value
+
+    def _invoke(self, running: Running) -> Any:
+        job, task = running.job, running.task
         if task is None:
             raise UnknownTask(f"unknown task {job.task!r}")
         try:
@@ -234,8 +271,9 @@ class Executor:
             raise PermanentError(f"refused {exc}") from None
         bound = task.bind(args)
         if task.is_async:
-            remaining = max(0.001, running.deadline - time.monotonic())
-            return asyncio.run(_with_timeout(task.fn(*bound.args, **bound.kwargs), remaining))
+            remaining = max(0.001, running.deadline - ASYNC_GRACE - time.monotonic())
+            return self.loops.run(_with_timeout(task.fn(*bound.args, **bound.kwargs),
+                                                remaining))
         return task.fn(*bound.args, **bound.kwargs)
 
     # ---- from the main thread -------------------------------------------------------------
@@ -331,8 +369,64 @@ def _result_json(value: Any) -> str | None:
         raise PermanentError(f"the task's return value could not be stored: {exc}") from None
 
 
+def _outcome_name(exc: BaseException) -> str:
+    """The outcome a middleware sees for a run that raised `exc`."""
+    if isinstance(exc, JobTimeout):
+        return "timed_out"
+    if isinstance(exc, Cancelled):
+        return "cancelled"
+    if isinstance(exc, Snooze):
+        return "snoozed"
+    if isinstance(exc, LeaseLost):
+        return "lost"
+    if isinstance(exc, WorkerStopping):
+        return "stopped"
+    return "failed"
+
+
+class EventLoops:
+    """One asyncio event loop per executor thread, created at its first async job and
+    reused by the next ones: a client, pool or Event made in one job stays usable in the
+    next job of that thread (asyncio.run per job bound them to a closed loop).
+
+    A loop is dropped after a job was interrupted from outside (timeout of a job blocking
+    the loop, lost lease, stop): the exception may have landed inside the loop's own
+    machinery, and the next job gets a fresh loop rather than a damaged one."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def run(self, coro: Any) -> Any:
+        loop: asyncio.AbstractEventLoop | None = getattr(self.local, "loop", None)
+        if loop is None or loop.is_closed():
+            loop = self.local.loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(coro)
+        except (JobTimeout, LeaseLost, WorkerStopping) as exc:
+            if type(exc) is not AsyncTimeout:  # thrown in from the main thread
+                self._discard(loop)
+            raise
+
+    def close(self) -> None:
+        """Close this thread's loop (the thread is ending)."""
+        loop = getattr(self.local, "loop", None)
+        if loop is not None:
+            self._discard(loop)
+
+    def _discard(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.local.loop = None
+        try:
+            if loop.is_running():
+                return  # cannot close a loop that still runs; the thread drops it
+            for pending in asyncio.all_tasks(loop):
+                pending.cancel()
+            loop.close()
+        except Exception:  # a damaged loop: drop it unclosed rather than fail the thread
+            log.debug("could not close a discarded event loop", exc_info=True)
+
+
 async def _with_timeout(coro: Any, seconds: float) -> Any:
     try:
         return await asyncio.wait_for(coro, seconds)
     except TimeoutError:
-        raise JobTimeout() from None
+        raise AsyncTimeout() from None
