@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -12,7 +13,7 @@ from starlette.responses import Response
 
 from pgfleet import store
 from pgfleet.cli import status
-from pgfleet.web import queries
+from pgfleet.web import forms, queries
 from pgfleet.web.rendering import clip, pretty, render
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
@@ -37,13 +38,13 @@ def jobs(request: Request) -> Response:
     params = request.query_params
     problems: list[str] = []
     where = queries.JobFilter(
-        state=_choice(params.get("state"), STATES, "state", problems),
-        queue=params.get("queue") or None,
-        task=params.get("task") or None,
-        text=params.get("q") or None,
+        state=_checked(problems, forms.choice, params.get("state"), STATES, "state"),
+        queue=_checked(problems, forms.name, params.get("queue"), "queue"),
+        task=_checked(problems, forms.name, params.get("task"), "task"),
+        text=_checked(problems, forms.search, params.get("q")),
     )
-    job_id = _positive(params.get("id"), "id", problems)
-    before = _positive(params.get("before"), "before", problems)
+    job_id = _checked(problems, forms.whole_number, params.get("id"), "id")
+    before = _checked(problems, forms.whole_number, params.get("before"), "before")
     if problems:
         return render(request, "message.html", 400, title="Bad filter", live=False,
                       message="; ".join(problems))
@@ -108,7 +109,10 @@ def _scan_windows(conn: store.Conn, where: queries.JobFilter, top: int, limit: i
         spent = time.monotonic() - started
         # Stop before a window that, costing what the others did, would pass the budget.
         if len(rows) > limit or floor == 0 or spent * (windows + 1) / windows > WINDOW_BUDGET:
-            return Page(rows, floor, (floor, top))
+            # A full page covers down to its last row only: "older" starts right below
+            # it, so the ids under it are the next page's to search and to name.
+            low = int(rows[limit - 1]["id"]) if len(rows) > limit else floor
+            return Page(rows, floor, (low, top))
         before = floor
 
 
@@ -119,29 +123,26 @@ def _jobs_url(filters: dict[str, str], before: int | None) -> str:
     return "/jobs" + (f"?{urlencode(query)}" if query else "")
 
 
-def _choice(value: str | None, allowed: tuple[str, ...], name: str,
-            problems: list[str]) -> str | None:
-    if not value:
+def _checked(problems: list[str], check: Callable[..., Any], *args: Any) -> Any:
+    """check(*args), or None with its complaint added to `problems`: the page names every
+    bad field at once."""
+    try:
+        return check(*args)
+    except forms.BadInput as exc:
+        problems.append(str(exc))
         return None
-    if value not in allowed:
-        problems.append(f"{name} must be one of {', '.join(allowed)}")
-        return None
-    return value
-
-
-def _positive(value: str | None, name: str, problems: list[str]) -> int | None:
-    if not value:
-        return None
-    if not value.isdigit() or not 0 < int(value) <= queries.BIGINT_MAX:
-        problems.append(f"{name} must be a positive whole number")
-        return None
-    return int(value)
 
 
 def job(request: Request) -> Response:
-    job_id: int = request.path_params["job_id"]
+    try:
+        job_id = forms.whole_number(request.path_params["job_id"], "job id")
+    except forms.BadInput:
+        job_id = None
+    if job_id is None:
+        return render(request, "message.html", 404, title="No such job", live=False,
+                      message="no job has that id: job ids are positive whole numbers")
     with request.app.state.pool.connection() as conn:
-        row = store.get_job(conn, job_id) if job_id <= queries.BIGINT_MAX else None
+        row = store.get_job(conn, job_id)
     if row is None:
         return render(request, "message.html", 404, title="No such job", live=False,
                       message=f"job {job_id} does not exist (it may have been pruned)")

@@ -355,7 +355,7 @@ class Worker(ChildProcess):
             metrics.workers_busy.labels(self.s.queue).set(busy)
         self.shown_busy, self.shown_peers = busy, peers
         if self.s.title is not None:
-            self.s.title(f"{busy} jobs")
+            self.s.title(f"{busy} job" if busy == 1 else f"{busy} jobs")
 
     # ---- stopping ------------------------------------------------------------------------
 
