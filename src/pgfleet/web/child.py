@@ -16,7 +16,7 @@ import uvicorn
 from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.errors import PgfleetError
 from pgfleet.supervisor.beacon import Beacon
-from pgfleet.web.server import STOP_GRACE, bind, server_config, url_of
+from pgfleet.web.server import OPEN_TO_LOCAL_USERS, STOP_GRACE, bind, server_config, url_of
 from pgfleet.web.settings import WebSettings
 
 log = logging.getLogger("pgfleet.web")
@@ -57,6 +57,8 @@ class WebChild(ChildProcess):
         thread.start()
         log.info("web UI listening on %s%s", url_of(sock),
                  " (read-only)" if self.settings.read_only else "")
+        if not self.settings.has_auth:
+            log.warning("web UI: %s", OPEN_TO_LOCAL_USERS)
         try:
             return self._watch(server, thread)
         finally:

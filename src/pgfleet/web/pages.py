@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -14,14 +12,10 @@ from starlette.responses import Response
 from pgfleet import store
 from pgfleet.cli import status
 from pgfleet.web import forms, queries
+from pgfleet.web.paging import Page, scan_windows, served_by_index
 from pgfleet.web.rendering import clip, pretty, render
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
-# A filtered page reads the primary key in windows of this many ids (a text search turns
-# each row's args into text, so its windows are smaller) until its time budget is spent.
-FILTER_WINDOW = 100_000
-TEXT_WINDOW = 10_000
-WINDOW_BUDGET = 0.1
 RECENT_RUNS = 5
 # A job retried without end (or a hand-written row) can carry thousands of errors: the
 # page shows the latest ones, each cut to PRETTY_LIMIT, and says how many it left out.
@@ -58,7 +52,7 @@ def jobs(request: Request) -> Response:
                                           limit=limit + 1), 0, None)
         else:
             top = before if before is not None else store.max_job_id(conn) + 1
-            page = _scan_windows(conn, where, top, limit)
+            page = scan_windows(conn, where, top, limit)
     filters = {"state": where.state or "", "queue": where.queue or "",
                "task": where.task or "", "q": where.text or "",
                "id": str(job_id) if job_id else ""}
@@ -69,51 +63,6 @@ def jobs(request: Request) -> Response:
         older_url=_jobs_url(filters, older) if older else None,
         newest_url=_jobs_url(filters, None) if before is not None else None,
     )
-
-
-@dataclass(frozen=True)
-class Page:
-    rows: list[dict[str, Any]]
-    floor: int  # the lowest id searched; 0 when the search reached the oldest job
-    searched: tuple[int, int] | None  # the id range read, when it was windowed
-
-    def older_cursor(self, limit: int) -> int | None:
-        if len(self.rows) > limit:
-            return int(self.rows[limit - 1]["id"])
-        return self.floor if self.floor > 0 else None
-
-
-def served_by_index(where: queries.JobFilter) -> bool:
-    """No filter (the primary key in order) or running jobs only (their partial index)."""
-    if where.task or where.text:
-        return False
-    if where.state is None:
-        return where.queue is None
-    return where.state == "running"
-
-
-def _scan_windows(conn: store.Conn, where: queries.JobFilter, top: int, limit: int) -> Page:
-    """Matches below `top`, newest first, read one window of ids at a time until a page is
-    full, the oldest job is reached or the time budget is spent: a rare match costs more
-    clicks on "older", never an unbounded scan."""
-    size = TEXT_WINDOW if where.text else FILTER_WINDOW
-    started = time.monotonic()
-    rows: list[dict[str, Any]] = []
-    before = top
-    windows = 0
-    while True:
-        floor = max(before - size, 0)
-        rows += queries.jobs_page(conn, where, before=before, floor=floor,
-                                  limit=limit + 1 - len(rows))
-        windows += 1
-        spent = time.monotonic() - started
-        # Stop before a window that, costing what the others did, would pass the budget.
-        if len(rows) > limit or floor == 0 or spent * (windows + 1) / windows > WINDOW_BUDGET:
-            # A full page covers down to its last row only: "older" starts right below
-            # it, so the ids under it are the next page's to search and to name.
-            low = int(rows[limit - 1]["id"]) if len(rows) > limit else floor
-            return Page(rows, floor, (low, top))
-        before = floor
 
 
 def _jobs_url(filters: dict[str, str], before: int | None) -> str:

@@ -15,8 +15,11 @@ from pgfleet import migrations
 from pgfleet.db import connect
 from pgfleet.errors import PgfleetError
 from pgfleet.web.app import create_app
-from pgfleet.web.settings import WebSettings
+from pgfleet.web.settings import TOKEN_ENV, WebSettings
 
+# Loopback keeps other machines out, not other accounts of this one (docs/security.md).
+OPEN_TO_LOCAL_USERS = (f"no token or basic auth: every local user of this host can use it "
+                       f"(set {TOKEN_ENV} or a token file to keep them out)")
 # On a stop, requests in flight get this long before their connections are closed.
 STOP_GRACE = 5.0
 
@@ -32,6 +35,8 @@ def serve(settings: WebSettings) -> None:
     sock = bind(settings.host, settings.port)
     mode = " (read-only)" if settings.read_only else ""
     print(f"pgfleet web: serving on {url_of(sock)}{mode}", flush=True)
+    if not settings.has_auth:
+        print(f"pgfleet web: {OPEN_TO_LOCAL_USERS}", file=sys.stderr, flush=True)
     _Server(server_config(settings, timeout_graceful_shutdown=STOP_GRACE)).run(sockets=[sock])
     sys.stdout.flush()
 
