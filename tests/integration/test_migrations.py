@@ -29,7 +29,7 @@ def test_fresh_install_equals_upgrade_from_first(empty_dsn: str, template_db: st
     assert version == 1 and [m.version for m in applied] == [1]
     version, applied = migrations.migrate(empty_dsn)
     assert version == migrations.latest_version()
-    assert [m.version for m in applied] == list(range(2, version + 1))
+    assert [m.version for m in applied] == [m.version for m in migrations.available()][1:]
     fresh = dsn_for(template_db)
     assert schema_dump(empty_dsn) == schema_dump(fresh)
 
