@@ -233,4 +233,9 @@ def delay_seconds(value: Any) -> float:
         raise PayloadError("delay", "must be a number of seconds or a timedelta")
     if value < 0:
         raise PayloadError("delay", "must not be negative")
+    # The same bound as run_at: a delay past it is a typo, and PostgreSQL would refuse the
+    # time it makes without saying which argument was wrong.
+    if value > (RUN_AT_LATEST - datetime.now(UTC)).total_seconds():
+        raise PayloadError("delay", f"{value:g} seconds ends after {RUN_AT_LATEST:%Y-%m-%d} "
+                                    "UTC, the latest run_at accepted")
     return float(value)

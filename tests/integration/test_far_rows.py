@@ -82,3 +82,14 @@ def test_retry_of_a_queue_no_job_has_warns(dsn: str) -> None:
     assert result.stdout == "0 dead job(s) of queue 'nosuch' queued again\n"
     known = invoke(["jobs", "retry", "--queue", "mail"])
     assert known.exit_code == 0 and known.stderr == ""
+
+
+def test_a_delay_past_the_bound_is_refused_naming_it(dsn: str) -> None:
+    result = invoke(["enqueue", "noop", "--delay", "99999999999999s"])
+    assert result.exit_code == 1
+    assert result.stderr == ("pgfleet: error: delay: 1e+14 seconds ends after 3000-01-01 "
+                             "UTC, the latest run_at accepted\n")
+    with pytest.raises(PayloadError, match=r"delay: .* ends after 3000-01-01"):
+        client.enqueue(dsn, "noop", {}, delay=1e12)
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
+    assert invoke(["enqueue", "noop", "--delay", "3650d"]).exit_code == 0

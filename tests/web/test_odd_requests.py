@@ -169,3 +169,29 @@ def test_pages_name_each_id_once_at_their_borders(web: Callable[..., WebServer],
         assert ranges[0][1] == ids[0] and ranges[-1][0] == 1
         for newer, older_range in itertools.pairwise(ranges):
             assert older_range[1] == newer[0] - 1
+
+
+def test_the_largest_bigint_id_is_listed_and_found(web: Callable[..., WebServer],
+                                                   dsn: str) -> None:
+    """The id bound is inclusive: a row with id 2^63-1 (written by hand) is on the first
+    page and found by the id filter, without a numeric bound the index cannot use."""
+    top = insert_job(dsn, id=2**63 - 1, queue="top")
+    server = web()
+    with httpx.Client(base_url=server.url) as client:
+        for query in ("", f"id={top}", "queue=top", "state=queued"):
+            page = client.get(f"/jobs?{query}")
+            assert page.status_code == 200 and f'data-job="{top}"' in page.text, query
+        assert client.get(f"/jobs/{top}").status_code == 200
+
+
+def test_a_windowed_filter_skips_an_empty_stretch_of_ids(web: Callable[..., WebServer],
+                                                         dsn: str) -> None:
+    """Jobs at ids 1-3 and one far above them: a windowed filter reaches the old ones on
+    its first page instead of walking windows through the empty ids between."""
+    old = [insert_job(dsn, queue="q", task="t") for _ in range(3)]
+    far = insert_job(dsn, id=2**62, queue="q", task="t")
+    server = web()
+    with httpx.Client(base_url=server.url) as client:
+        page = client.get("/jobs?task=t").text
+    assert [int(i) for i in re.findall(r'data-job="(\d+)"', page)] == [far, *reversed(old)]
+    assert 'id="older"' not in page

@@ -5,8 +5,6 @@ pgfleet.web.paging, migration 0014)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import psycopg
 import pytest
 
@@ -34,11 +32,7 @@ def history(dsn: str) -> str:
 
 
 def plan(dsn: str, where: queries.JobFilter, before: int | None, floor: int) -> str:
-    params: dict[str, Any] = {
-        "before": queries.BIGINT_MAX if before is None else before, "floor": floor,
-        "limit": 51, "state": where.state, "queue": where.queue, "task": where.task,
-        "pattern": queries.like_pattern(where.text) if where.text else None,
-    }
+    params = queries.jobs_page_params(where, before, floor, 51)
     with psycopg.connect(dsn, autocommit=True) as conn:
         configure_connection(conn)
         rows = conn.execute(b"EXPLAIN " + queries.jobs_page_sql(), params).fetchall()
@@ -87,7 +81,7 @@ def test_filtered_pages_read_one_range_of_the_primary_key(history: str,
     # The primary key, or an index holding the id (waiting jobs: the claim index), with
     # the window's bounds in its condition: never the whole table.
     assert "Index Scan" in text and "Seq Scan" not in text, text
-    assert f"id < {top}" in text and f"id >= {top - size}" in text, text
+    assert f"id <= {top - 1}" in text and f"id >= {top - size}" in text, text
 
 
 def test_a_dead_page_with_a_task_reads_only_dead_rows_of_its_window(history: str) -> None:

@@ -101,5 +101,12 @@ async def _database_error(request: Request, exc: Exception) -> Response:
         title, message = "Database unreachable", f"The database is unreachable: {text}."
     else:
         title, message = "Database error", f"The database failed this request: {text}."
+    if request.method == "POST":
+        # An action is never repeated by itself (and its URL answers no GET): say that
+        # it may not have happened, and let the person look before trying again.
+        return render(request, "message.html", 503, title=title, live=False,
+                      message=f"{message} The action may not have been carried out: look "
+                              "at the job or queue once the database answers, then try "
+                              "again.")
     return render(request, "message.html", 503, title=title, live=True,
                   message=f"{message} Nothing here is current; this page tries again by itself.")

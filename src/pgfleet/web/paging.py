@@ -70,7 +70,11 @@ def scan_windows(conn: Conn, where: queries.JobFilter, top: int, limit: int) -> 
         size = next_window(top - floor, time.monotonic() - started, size)
         if size < MIN_WINDOW:
             break
-        before = floor
+        newest = queries.newest_id_below(conn, floor)
+        if newest is None:  # nothing older: the search reached the oldest job
+            floor = 0
+            break
+        before = newest + 1
     # A full page covers down to its last row only: "older" starts right below it, so
     # the ids under it are the next page's to search and to name.
     low = int(rows[limit - 1]["id"]) if len(rows) > limit else floor
