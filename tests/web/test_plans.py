@@ -84,8 +84,12 @@ def test_filtered_pages_read_one_range_of_the_primary_key(history: str,
     assert f"id <= {top - 1}" in text and f"id >= {top - size}" in text, text
 
 
-def test_a_dead_page_with_a_task_reads_only_dead_rows_of_its_window(history: str) -> None:
-    where = queries.JobFilter(state="dead", task="task_0")
+@pytest.mark.parametrize("where", [
+    queries.JobFilter(state="dead", task="task_0"),
+    queries.JobFilter(state="dead", text="boom"),
+], ids=["task", "text"])
+def test_a_dead_page_with_a_task_or_text_reads_only_dead_rows_of_its_window(
+        history: str, where: queries.JobFilter) -> None:
     assert not paging.served_by_index(where)
     text = plan(history, where, HISTORY, HISTORY - paging.MAX_WINDOW)
     assert "jobs_ended_badly_idx" in text and "Seq Scan" not in text, text
