@@ -3,6 +3,7 @@ history under 200 ms of server time).
 
     python -m bench.web_pages                    # 5,000,000 finished jobs, 7 requests a URL
     python -m bench.web_pages --history 1000000 --requests 5
+    python -m bench.web_pages --database-url URL # a database it filled before, kept as is
 
 Fills a throw-away database with finished jobs (1 in 100 dead with an error, 1 in 1,000
 cancelled, four queues, twenty tasks) and 500 waiting ones, starts `pgfleet web`, requests
@@ -25,7 +26,8 @@ from bench.common import BENCH_DIR, Database, log
 
 URLS = [
     "/", "/jobs", "/jobs?before={middle}", "/jobs?state=dead", "/jobs?state=dead&queue=b",
-    "/jobs?state=queued&queue=a", "/jobs?state=running", "/jobs?queue=c",
+    "/jobs?state=queued&queue=a", "/jobs?state=running", "/jobs?state=cancelled&queue=b",
+    "/jobs?state=dead&task=task_0", "/jobs?queue=c",
     "/jobs?task=task_3", "/jobs?q=%22customer%22%3A+4242", "/jobs?id={middle}",
     "/jobs/{middle}", "/schedules",
 ]
@@ -67,14 +69,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--history", type=int, default=5_000_000)
     parser.add_argument("--requests", type=int, default=7)
+    parser.add_argument("--database-url", help="measure this database (filled by an "
+                        "earlier run with the same --history) instead of a new one")
     args = parser.parse_args()
     db = Database()
-    db.create()
+    if args.database_url is None:
+        db.create()
     web = None
     try:
-        fill(db, args.history)
+        if args.database_url is None:
+            fill(db, args.history)
         web = subprocess.Popen(
-            [sys.executable, "-m", "pgfleet", "--database-url", db.dsn, "web", "--listen",
+            [sys.executable, "-m", "pgfleet", "--database-url", args.database_url or db.dsn,
+             "web", "--listen",
              "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
         assert web.stdout is not None
         base = web.stdout.readline().split("serving on ")[1].split()[0].rstrip("/")
@@ -96,7 +103,8 @@ def main() -> None:
         if web is not None:
             web.terminate()
             web.wait()
-        db.drop()
+        if args.database_url is None:
+            db.drop()
 
 
 if __name__ == "__main__":

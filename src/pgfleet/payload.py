@@ -7,7 +7,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgfleet.errors import PayloadError
@@ -244,11 +244,20 @@ def bounded_int(field: str, value: Any, bounds: tuple[int, int]) -> int:
     return value
 
 
+# A run_at far outside any real schedule is a typo (or 9999-12-31T23:59:59-14:00, which is
+# year 10000 in UTC: a row no Python client could read back). Earlier than now runs now.
+RUN_AT_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+RUN_AT_LATEST = datetime(3000, 1, 1, tzinfo=UTC)
+
+
 def run_at(value: Any) -> datetime:
     if not isinstance(value, datetime):
         raise PayloadError("run_at", f"must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise PayloadError("run_at", "must be timezone-aware (a naive time is ambiguous)")
+    if not RUN_AT_EARLIEST <= value < RUN_AT_LATEST:
+        raise PayloadError("run_at", f"{value.isoformat()} is outside the accepted range "
+                                     f"{RUN_AT_EARLIEST:%Y-%m-%d} to {RUN_AT_LATEST:%Y-%m-%d} UTC")
     return value
 
 
@@ -259,4 +268,9 @@ def delay_seconds(value: Any) -> float:
         raise PayloadError("delay", "must be a number of seconds or a timedelta")
     if value < 0:
         raise PayloadError("delay", "must not be negative")
+    # The same bound as run_at: a delay past it is a typo, and PostgreSQL would refuse the
+    # time it makes without saying which argument was wrong.
+    if value > (RUN_AT_LATEST - datetime.now(UTC)).total_seconds():
+        raise PayloadError("delay", f"{value:g} seconds ends after {RUN_AT_LATEST:%Y-%m-%d} "
+                                    "UTC, the latest run_at accepted")
     return float(value)

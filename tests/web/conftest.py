@@ -120,8 +120,9 @@ def dead_job(dsn: str, **fields: Any) -> int:
     """A job that failed its only attempt."""
     fields.setdefault("errors", '[{"attempt": 1, "at": "2026-01-01T00:00:00Z", '
                                 '"error": "ValueError: boom"}]')
-    return insert_job(dsn, state="dead", attempt=1, max_attempts=1,
-                      last_error="ValueError: boom", finished_at="now", **fields)
+    fields.setdefault("finished_at", "now")
+    fields.setdefault("last_error", "ValueError: boom")
+    return insert_job(dsn, state="dead", attempt=1, max_attempts=1, **fields)
 
 
 def job_state(dsn: str, job_id: int) -> str:

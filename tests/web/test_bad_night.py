@@ -15,7 +15,9 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support.cluster import Cluster, started_cluster
-from tests.web.conftest import dead_job, start_web
+from tests.support.workers import wait_for
+from tests.web.conftest import dead_job, job_state, start_web
+from tests.web.test_http import CSRF
 
 WAIT_MS = 90_000
 
@@ -69,5 +71,30 @@ def test_the_page_says_the_database_is_unreachable_and_recovers(
         expect(fresh.locator("#jobs")).to_contain_text("nightly")
         fresh.context.close()
         assert httpx.get(server.url, timeout=60).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_an_action_while_the_database_is_away_says_it_may_not_be_done(
+        cluster_url: tuple[Cluster, str]) -> None:
+    """A POST that meets a stopped database answers 503 with a page that does not refresh
+    itself (its URL answers no GET) and says the action may not have happened."""
+    cluster, url = cluster_url
+    job = dead_job(url, queue="nightly")
+    server = start_web([], env={"PGFLEET_DATABASE_URL": url})
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            token = CSRF.search(client.get("/").text)
+            assert token
+            cluster.stop()
+            answer = client.post("/actions/retry-job", data={
+                "job_id": str(job), "confirmed": "yes", "csrf": token.group(1)})
+            assert answer.status_code == 503
+            assert "The database is unreachable" in answer.text
+            assert "The action may not have been carried out" in answer.text
+            assert "data-refresh" not in answer.text and "Traceback" not in answer.text
+            cluster.start()
+            wait_for(lambda: client.get("/").status_code == 200, timeout=90)
+            assert job_state(url, job) == "dead"
     finally:
         server.stop()

@@ -1,15 +1,14 @@
-"""The jobs page's query plans on a history far larger than a page: the unfiltered and the
-running-only pages read an index in order, every other filter reads one bounded range of
-the primary key (sql/web.sql, pgfleet.web.pages)."""
+"""The jobs page's query plans on a history far larger than a page: the unfiltered page
+and the pages of running, dead and cancelled jobs (of any queue or one) read an index in
+id order; every other filter reads one bounded range of the primary key (sql/web.sql,
+pgfleet.web.paging, migration 0012)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import psycopg
 import pytest
 
-from pgfleet.web import pages, queries
+from pgfleet.web import paging, queries
 from pgfleet.web.app import configure_connection
 
 HISTORY = 200_000
@@ -33,11 +32,7 @@ def history(dsn: str) -> str:
 
 
 def plan(dsn: str, where: queries.JobFilter, before: int | None, floor: int) -> str:
-    params: dict[str, Any] = {
-        "before": queries.BIGINT_MAX if before is None else before, "floor": floor,
-        "limit": 51, "state": where.state, "queue": where.queue, "task": where.task,
-        "pattern": queries.like_pattern(where.text) if where.text else None,
-    }
+    params = queries.jobs_page_params(where, before, floor, 51)
     with psycopg.connect(dsn, autocommit=True) as conn:
         configure_connection(conn)
         rows = conn.execute(b"EXPLAIN " + queries.jobs_page_sql(), params).fetchall()
@@ -54,19 +49,56 @@ def test_unfiltered_and_running_pages_read_an_index(history: str) -> None:
     assert "jobs_lease_holder_idx" in running or "jobs_lease_expiry_idx" in running
 
 
+@pytest.mark.parametrize(("where", "index"), [
+    (queries.JobFilter(state="dead"), "jobs_ended_badly_idx"),
+    (queries.JobFilter(state="cancelled"), "jobs_ended_badly_idx"),
+    (queries.JobFilter(state="dead", queue="b"), "jobs_ended_badly_queue_idx"),
+    (queries.JobFilter(state="cancelled", queue="nosuch"), "jobs_ended_badly_queue_idx"),
+], ids=["dead", "cancelled", "dead-of-a-queue", "cancelled-of-a-queue"])
+def test_dead_and_cancelled_pages_read_their_index_in_id_order(
+        history: str, where: queries.JobFilter, index: str) -> None:
+    assert paging.served_by_index(where)
+    for before in (None, HISTORY // 2):
+        text = plan(history, where, before, 0)
+        assert f"Index Scan Backward using {index}" in text, text
+        assert "Sort" not in text and "Seq Scan" not in text, text
+
+
 @pytest.mark.parametrize("where", [
-    queries.JobFilter(state="dead"),
-    queries.JobFilter(state="dead", queue="b"),
+    queries.JobFilter(state="succeeded"),
+    queries.JobFilter(state="queued", queue="a"),
     queries.JobFilter(queue="c"),
     queries.JobFilter(task="task_3"),
     queries.JobFilter(text='"customer": 4242'),
     queries.JobFilter(state="succeeded", queue="a", task="task_1", text="42"),
-], ids=["dead", "dead-of-a-queue", "queue", "task", "text", "everything"])
+], ids=["succeeded", "queued-of-a-queue", "queue", "task", "text", "everything"])
 def test_filtered_pages_read_one_range_of_the_primary_key(history: str,
                                                           where: queries.JobFilter) -> None:
-    assert not pages.served_by_index(where)
-    size = pages.TEXT_WINDOW if where.text else pages.FILTER_WINDOW
+    assert not paging.served_by_index(where)
+    size = paging.TEXT_FIRST_WINDOW if where.text else paging.FIRST_WINDOW
     top = HISTORY + 501
     text = plan(history, where, top, top - size)
-    assert "using jobs_pkey" in text and "Seq Scan" not in text, text
-    assert f"id < {top}" in text and f"id >= {top - size}" in text, text
+    # The primary key, or an index holding the id (waiting jobs: the claim index), with
+    # the window's bounds in its condition: never the whole table.
+    assert "Index Scan" in text and "Seq Scan" not in text, text
+    assert f"id <= {top - 1}" in text and f"id >= {top - size}" in text, text
+
+
+@pytest.mark.parametrize("where", [
+    queries.JobFilter(state="dead", task="task_0"),
+    queries.JobFilter(state="dead", text="boom"),
+], ids=["task", "text"])
+def test_a_dead_page_with_a_task_or_text_reads_only_dead_rows_of_its_window(
+        history: str, where: queries.JobFilter) -> None:
+    assert not paging.served_by_index(where)
+    text = plan(history, where, HISTORY, HISTORY - paging.MAX_WINDOW)
+    assert "jobs_ended_badly_idx" in text and "Seq Scan" not in text, text
+
+
+def test_the_windows_fit_the_time_left() -> None:
+    # 10,000 ids in 10 ms: 90 ms left reads 72,000 more at that pace, but growth is capped.
+    assert paging.next_window(10_000, 0.010, 10_000) == 72_000
+    assert paging.next_window(10_000, 0.001, 10_000) == 100_000  # GROWTH
+    assert paging.next_window(10_000_000, 0.001, 1_000_000) == paging.MAX_WINDOW
+    assert paging.next_window(10_000, 0.1, 10_000) == 0  # budget spent
+    assert paging.next_window(10_000, 0.095, 10_000) < paging.MIN_WINDOW

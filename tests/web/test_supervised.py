@@ -53,6 +53,9 @@ def test_the_supervisor_runs_restarts_and_stops_the_ui(dsn: str, tmp_path: Path)
         first = urls(fleet)[0]
         status, body = page(first)
         assert status == 200 and "Overview" in body
+        # No token: the log says every local user can use it (docs/security.md).
+        wait_for(lambda: "web UI: no token or basic auth: every local user of this host "
+                         "can use it" in fleet.log(), timeout=30)
         old = web_child(fleet)
         assert old is not None
 

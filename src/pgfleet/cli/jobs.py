@@ -16,7 +16,9 @@ from pgfleet.cli.common import (
     friendly,
     global_options,
     json_option,
+    warn_unknown_queue,
 )
+from pgfleet.far_times import accept_far_times
 
 
 @click.group()
@@ -45,6 +47,7 @@ def jobs_list(queue: str | None, state: str | None, limit: int, metas: tuple[str
             fail(f"--meta {item!r}: expected KEY=VALUE", EXIT_USAGE)
         meta[key] = value
     with database() as conn:
+        accept_far_times(conn)
         rows = store.list_jobs(conn, queue=queue, state=state, limit=limit, meta=meta)
 
     def table(rows: list[dict[str, Any]]) -> None:
@@ -64,6 +67,7 @@ def jobs_list(queue: str | None, state: str | None, limit: int, metas: tuple[str
 def jobs_show(job_id: int, as_json: bool) -> None:
     """Everything about one job, errors included."""
     with database() as conn:
+        accept_far_times(conn)
         job = store.get_job(conn, job_id)
     if job is None:
         fail(f"no job with id {job_id}")
@@ -119,6 +123,7 @@ def jobs_retry(job_id: int | None, queue: str | None) -> None:
             click.echo(f"job {job_id} queued again")
         else:
             assert queue is not None
+            warn_unknown_queue(conn, queue)
             ids = store.retry_dead_of_queue(conn, queue)
             held = store.dead_keys_held(conn, queue)
             click.echo(f"{len(ids)} dead job(s) of queue {queue!r} queued again")

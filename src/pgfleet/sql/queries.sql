@@ -352,7 +352,10 @@ UNION ALL
 SELECT queue, 'dead', count(*) FROM pgfleet.jobs WHERE state = 'dead' GROUP BY 1
 
 -- name: oldest_waiting :many
-SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS seconds
+-- A hand-written '-infinity' would fail the whole statement ("cannot subtract infinite
+-- timestamps"): it counts as waiting since year 1, a finite age JSON and metrics can carry.
+SELECT queue, extract(epoch FROM now() - GREATEST(min(run_at), '0001-01-01 00:00:00+00'))::float8
+       AS seconds
   FROM pgfleet.jobs
  WHERE state = 'queued' AND run_at <= now()
  GROUP BY queue

@@ -5,13 +5,14 @@
 
 -- name: jobs_page
 -- One page of jobs, newest first, keyset-paged on the primary key: rows with
--- floor <= id < before. The caller narrows [floor, before) to a bounded id window when a
+-- floor <= id <= through (inclusive, so the largest bigint id can be asked for without a
+-- numeric bound the index cannot use). The caller narrows it to a bounded id window when a
 -- filter has no index of its own (task, text search), so one page never reads more than
 -- that window of history however rare the matches are.
 SELECT id, queue, task, state::text AS state, priority, run_at, attempt, max_attempts,
        created_at, finished_at, left(last_error, 300) AS last_error
   FROM pgfleet.jobs
- WHERE id < %(before)s AND id >= %(floor)s
+ WHERE id <= %(through)s AND id >= %(floor)s
    AND (%(state)s::pgfleet.job_state IS NULL OR state = %(state)s::pgfleet.job_state)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR task = %(task)s)
@@ -19,6 +20,11 @@ SELECT id, queue, task, state::text AS state, priority, run_at, attempt, max_att
         OR last_error ILIKE %(pattern)s OR errors::text ILIKE %(pattern)s)
  ORDER BY id DESC
  LIMIT %(limit)s
+
+-- name: newest_id_below
+-- Where the next window of a windowed page starts: an empty stretch of ids (pruned
+-- history, or one hand-written huge id far above the rest) is skipped in one probe.
+SELECT max(id) FROM pgfleet.jobs WHERE id < %(below)s
 
 -- name: schedule_names
 -- Every schedule that ever fired, by a loose index scan of schedule_runs_latest_idx: one

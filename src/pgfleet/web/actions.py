@@ -12,15 +12,18 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from pgfleet import store
+from pgfleet.web.forms import BadInput, whole_number
 from pgfleet.web.rendering import render
 from pgfleet.web.security import CSRF_COOKIE, CSRF_FIELD, csrf_valid
 
 PRUNE_BATCH = 10_000
+MAX_HOURS = 24 * 365 * 100
 MAX_FORM_BYTES = 16 * 1024
 
 
 class Refused(Exception):
-    """The action cannot be done to this row now; the text says why."""
+    """The action cannot be done to this row now (a conflict, 409); the text says why.
+    A malformed form is forms.BadInput (400) instead."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class Action:
     question: str  # shown on the confirmation page, with the form's fields filled in
     run: Callable[[store.Conn, dict[str, str]], str]  # returns where to go afterwards
     fields: tuple[str, ...]
+    # Raises forms.BadInput for a malformed form, before even the confirmation page.
+    check: Callable[[dict[str, str]], object]
 
 
 def _retry_job(conn: store.Conn, form: dict[str, str]) -> str:
@@ -60,40 +65,55 @@ def _resume_queue(conn: store.Conn, form: dict[str, str]) -> str:
 
 
 def _delete_finished(conn: store.Conn, form: dict[str, str]) -> str:
-    hours = form.get("older_than_hours", "")
-    if not hours.isdigit():
-        raise Refused("older_than_hours must be a whole number of hours (0 for all)")
-    while store.prune_finished(conn, retention=int(hours) * 3600.0,
+    hours = _hours(form.get("older_than_hours", ""))
+    while store.prune_finished(conn, retention=hours * 3600.0,
                                limit=PRUNE_BATCH) == PRUNE_BATCH:
         pass
     return "/jobs"
 
 
-def _job_id(form: dict[str, str]) -> int:
-    value = form.get("job_id", "")
-    if not value.isdigit() or not 0 < int(value) < 2**63:
-        raise Refused("job_id must be a positive whole number")
+def _hours(value: str) -> int:
+    # A century is beyond any retention; the bound keeps the interval in range.
+    if not (value.isascii() and value.isdigit() and len(value) <= 6
+            and int(value) <= MAX_HOURS):
+        raise BadInput(f"older_than_hours must be a whole number of hours from 0 to "
+                       f"{MAX_HOURS} (0 for all)")
     return int(value)
+
+
+def _job_id(form: dict[str, str]) -> int:
+    job_id = whole_number(form.get("job_id"), "job_id")
+    if job_id is None:
+        raise BadInput("job_id must be a positive whole number")
+    return job_id
 
 
 def _queue(form: dict[str, str]) -> str:
     queue = form.get("queue", "")
     if not 1 <= len(queue) <= 128:
-        raise Refused("queue must be a name of 1 to 128 characters")
+        raise BadInput("queue must be a name of 1 to 128 characters")
+    if "\x00" in queue:
+        # No PostgreSQL text holds it; other control characters are a queue's own name
+        # (the SQL enqueue accepts them) and act on that queue.
+        raise BadInput("queue must not contain a NUL character")
     return queue
 
 
 ACTIONS = {
     "retry-job": Action("Retry job {job_id}: run it again with a fresh set of attempts?",
-                        _retry_job, ("job_id",)),
-    "cancel-job": Action("Cancel job {job_id}? It will not run.", _cancel_job, ("job_id",)),
-    "retry-queue": Action("Retry every dead job of queue {queue}?", _retry_queue, ("queue",)),
+                        _retry_job, ("job_id",), _job_id),
+    "cancel-job": Action("Cancel job {job_id}? It will not run.", _cancel_job, ("job_id",),
+                         _job_id),
+    "retry-queue": Action("Retry every dead job of queue {queue}?", _retry_queue, ("queue",),
+                          _queue),
     "pause-queue": Action("Pause queue {queue} on every host? Running jobs finish; no new "
-                          "job starts.", _pause_queue, ("queue",)),
-    "resume-queue": Action("Resume queue {queue}?", _resume_queue, ("queue",)),
+                          "job starts.", _pause_queue, ("queue",), _queue),
+    "resume-queue": Action("Resume queue {queue}?", _resume_queue, ("queue",),
+                           _queue),
     "delete-finished": Action("Delete every succeeded, dead and cancelled job finished more "
                               "than {older_than_hours} hours ago? This cannot be undone.",
-                              _delete_finished, ("older_than_hours",)),
+                              _delete_finished, ("older_than_hours",),
+                              lambda form: _hours(form.get("older_than_hours", ""))),
 }
 
 
@@ -110,8 +130,13 @@ async def act(request: Request) -> Response:
                                  403)
     action = ACTIONS.get(request.path_params["name"])
     if action is None:
-        return PlainTextResponse("no such action\n", 404)
+        return _bad_form(request, f"there is no action {request.path_params['name']!r}; "
+                                  f"the actions are {', '.join(ACTIONS)}")
     values = {name: form.get(name, "") for name in action.fields}
+    try:
+        action.check(values)
+    except BadInput as exc:
+        return _bad_form(request, str(exc))
     if form.get("confirmed") != "yes":
         return render(request, "confirm.html", title="Confirm", live=False,
                       question=action.question.format(**values), values=values,
@@ -122,6 +147,11 @@ async def act(request: Request) -> Response:
         return render(request, "message.html", 409, title="Not done", live=False,
                       message=str(exc))
     return RedirectResponse(target, 303)
+
+
+def _bad_form(request: Request, message: str) -> Response:
+    return render(request, "message.html", 400, title="Bad request", live=False,
+                  message=message)
 
 
 async def _form_bytes(request: Request) -> bytes | None:

@@ -19,6 +19,7 @@ from starlette.staticfiles import StaticFiles
 
 from pgfleet.db import POOLER_ENV, scrub
 from pgfleet.errors import DatabaseUnavailable, PgfleetError
+from pgfleet.far_times import accept_far_times
 from pgfleet.web import actions, pages
 from pgfleet.web.rendering import render
 from pgfleet.web.security import Guard
@@ -35,6 +36,8 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
     # index; a generic plan would keep "$1 IS NULL OR ..." and scan.
     conn.execute("SET plan_cache_mode = force_custom_plan")
     conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+    # A row holding 'infinity' or year 10000 (written by hand) is shown, not a 503.
+    accept_far_times(conn)
 
 
 def create_pool(settings: WebSettings) -> ConnectionPool[Any]:
@@ -68,7 +71,7 @@ def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -
         routes=[
             Route("/", pages.overview),
             Route("/jobs", pages.jobs),
-            Route("/jobs/{job_id:int}", pages.job),
+            Route("/jobs/{job_id}", pages.job),
             Route("/schedules", pages.schedules),
             Route("/actions/{name}", actions.act, methods=["POST"]),
             Mount("/static", static, name="static"),
@@ -98,5 +101,12 @@ async def _database_error(request: Request, exc: Exception) -> Response:
         title, message = "Database unreachable", f"The database is unreachable: {text}."
     else:
         title, message = "Database error", f"The database failed this request: {text}."
+    if request.method == "POST":
+        # An action is never repeated by itself (and its URL answers no GET): say that
+        # it may not have happened, and let the person look before trying again.
+        return render(request, "message.html", 503, title=title, live=False,
+                      message=f"{message} The action may not have been carried out: look "
+                              "at the job or queue once the database answers, then try "
+                              "again.")
     return render(request, "message.html", 503, title=title, live=True,
                   message=f"{message} Nothing here is current; this page tries again by itself.")

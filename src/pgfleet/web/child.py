@@ -16,15 +16,13 @@ import uvicorn
 from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.errors import PgfleetError
 from pgfleet.supervisor.beacon import Beacon
-from pgfleet.web.server import bind, server_config, url_of
+from pgfleet.web.server import OPEN_TO_LOCAL_USERS, STOP_GRACE, bind, server_config, url_of
 from pgfleet.web.settings import WebSettings
 
 log = logging.getLogger("pgfleet.web")
 
 # uvicorn ticks every 0.1 s; a loop silent for this long is stuck, not busy.
 TICK_STALE = 5.0
-# On a graceful stop, requests in flight get this long before the server is closed.
-STOP_GRACE = 5.0
 
 
 class _TickingServer(uvicorn.Server):
@@ -59,6 +57,8 @@ class WebChild(ChildProcess):
         thread.start()
         log.info("web UI listening on %s%s", url_of(sock),
                  " (read-only)" if self.settings.read_only else "")
+        if not self.settings.has_auth:
+            log.warning("web UI: %s", OPEN_TO_LOCAL_USERS)
         try:
             return self._watch(server, thread)
         finally:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -12,15 +11,11 @@ from starlette.responses import Response
 
 from pgfleet import store
 from pgfleet.cli import status
-from pgfleet.web import queries
+from pgfleet.web import forms, queries
+from pgfleet.web.paging import Page, scan_windows, served_by_index
 from pgfleet.web.rendering import clip, pretty, render
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
-# A filtered page reads the primary key in windows of this many ids (a text search turns
-# each row's args into text, so its windows are smaller) until its time budget is spent.
-FILTER_WINDOW = 100_000
-TEXT_WINDOW = 10_000
-WINDOW_BUDGET = 0.1
 RECENT_RUNS = 5
 # A job retried without end (or a hand-written row) can carry thousands of errors: the
 # page shows the latest ones, each cut to PRETTY_LIMIT, and says how many it left out.
@@ -37,13 +32,13 @@ def jobs(request: Request) -> Response:
     params = request.query_params
     problems: list[str] = []
     where = queries.JobFilter(
-        state=_choice(params.get("state"), STATES, "state", problems),
-        queue=params.get("queue") or None,
-        task=params.get("task") or None,
-        text=params.get("q") or None,
+        state=_checked(problems, forms.choice, params.get("state"), STATES, "state"),
+        queue=_checked(problems, forms.name, params.get("queue"), "queue"),
+        task=_checked(problems, forms.name, params.get("task"), "task"),
+        text=_checked(problems, forms.search, params.get("q")),
     )
-    job_id = _positive(params.get("id"), "id", problems)
-    before = _positive(params.get("before"), "before", problems)
+    job_id = _checked(problems, forms.whole_number, params.get("id"), "id")
+    before = _checked(problems, forms.whole_number, params.get("before"), "before")
     if problems:
         return render(request, "message.html", 400, title="Bad filter", live=False,
                       message="; ".join(problems))
@@ -57,7 +52,7 @@ def jobs(request: Request) -> Response:
                                           limit=limit + 1), 0, None)
         else:
             top = before if before is not None else store.max_job_id(conn) + 1
-            page = _scan_windows(conn, where, top, limit)
+            page = scan_windows(conn, where, top, limit)
     filters = {"state": where.state or "", "queue": where.queue or "",
                "task": where.task or "", "q": where.text or "",
                "id": str(job_id) if job_id else ""}
@@ -70,48 +65,6 @@ def jobs(request: Request) -> Response:
     )
 
 
-@dataclass(frozen=True)
-class Page:
-    rows: list[dict[str, Any]]
-    floor: int  # the lowest id searched; 0 when the search reached the oldest job
-    searched: tuple[int, int] | None  # the id range read, when it was windowed
-
-    def older_cursor(self, limit: int) -> int | None:
-        if len(self.rows) > limit:
-            return int(self.rows[limit - 1]["id"])
-        return self.floor if self.floor > 0 else None
-
-
-def served_by_index(where: queries.JobFilter) -> bool:
-    """No filter (the primary key in order) or running jobs only (their partial index)."""
-    if where.task or where.text:
-        return False
-    if where.state is None:
-        return where.queue is None
-    return where.state == "running"
-
-
-def _scan_windows(conn: store.Conn, where: queries.JobFilter, top: int, limit: int) -> Page:
-    """Matches below `top`, newest first, read one window of ids at a time until a page is
-    full, the oldest job is reached or the time budget is spent: a rare match costs more
-    clicks on "older", never an unbounded scan."""
-    size = TEXT_WINDOW if where.text else FILTER_WINDOW
-    started = time.monotonic()
-    rows: list[dict[str, Any]] = []
-    before = top
-    windows = 0
-    while True:
-        floor = max(before - size, 0)
-        rows += queries.jobs_page(conn, where, before=before, floor=floor,
-                                  limit=limit + 1 - len(rows))
-        windows += 1
-        spent = time.monotonic() - started
-        # Stop before a window that, costing what the others did, would pass the budget.
-        if len(rows) > limit or floor == 0 or spent * (windows + 1) / windows > WINDOW_BUDGET:
-            return Page(rows, floor, (floor, top))
-        before = floor
-
-
 def _jobs_url(filters: dict[str, str], before: int | None) -> str:
     query = {k: v for k, v in filters.items() if v}
     if before is not None:
@@ -119,29 +72,26 @@ def _jobs_url(filters: dict[str, str], before: int | None) -> str:
     return "/jobs" + (f"?{urlencode(query)}" if query else "")
 
 
-def _choice(value: str | None, allowed: tuple[str, ...], name: str,
-            problems: list[str]) -> str | None:
-    if not value:
+def _checked(problems: list[str], check: Callable[..., Any], *args: Any) -> Any:
+    """check(*args), or None with its complaint added to `problems`: the page names every
+    bad field at once."""
+    try:
+        return check(*args)
+    except forms.BadInput as exc:
+        problems.append(str(exc))
         return None
-    if value not in allowed:
-        problems.append(f"{name} must be one of {', '.join(allowed)}")
-        return None
-    return value
-
-
-def _positive(value: str | None, name: str, problems: list[str]) -> int | None:
-    if not value:
-        return None
-    if not value.isdigit() or not 0 < int(value) <= queries.BIGINT_MAX:
-        problems.append(f"{name} must be a positive whole number")
-        return None
-    return int(value)
 
 
 def job(request: Request) -> Response:
-    job_id: int = request.path_params["job_id"]
+    try:
+        job_id = forms.whole_number(request.path_params["job_id"], "job id")
+    except forms.BadInput:
+        job_id = None
+    if job_id is None:
+        return render(request, "message.html", 404, title="No such job", live=False,
+                      message="no job has that id: job ids are positive whole numbers")
     with request.app.state.pool.connection() as conn:
-        row = store.get_job(conn, job_id) if job_id <= queries.BIGINT_MAX else None
+        row = store.get_job(conn, job_id)
     if row is None:
         return render(request, "message.html", 404, title="No such job", live=False,
                       message=f"job {job_id} does not exist (it may have been pruned)")

@@ -42,13 +42,24 @@ def like_pattern(text: str) -> str:
 def jobs_page(conn: Conn, where: JobFilter, *, before: int | None, floor: int,
               limit: int) -> list[dict[str, Any]]:
     """Jobs with floor <= id < before matching `where`, newest first, at most `limit`."""
-    params = {
-        "before": BIGINT_MAX if before is None else before, "floor": floor, "limit": limit,
-        "state": where.state, "queue": where.queue, "task": where.task,
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_statements()["jobs_page"],
+                           jobs_page_params(where, before, floor, limit)).fetchall()
+
+
+def jobs_page_params(where: JobFilter, before: int | None, floor: int,
+                     limit: int) -> dict[str, Any]:
+    """The statement's parameters; `before` None is past the newest job."""
+    return {
+        "through": BIGINT_MAX if before is None else before - 1, "floor": floor,
+        "limit": limit, "state": where.state, "queue": where.queue, "task": where.task,
         "pattern": like_pattern(where.text) if where.text else None,
     }
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_statements()["jobs_page"], params).fetchall()
+
+
+def newest_id_below(conn: Conn, below: int) -> int | None:
+    row = conn.execute(_statements()["newest_id_below"], {"below": below}).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def jobs_page_sql() -> bytes:

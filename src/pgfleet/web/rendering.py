@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from pgfleet.cli.status import age
+from pgfleet.far_times import FarTime
 
 FRAGMENT_HEADER = "x-pgfleet-fragment"
 # A job's args can be up to 1 MiB (and a hand-inserted row more): show the start only.
@@ -37,6 +38,8 @@ def environment() -> Environment:
 def timestamp(moment: datetime | None) -> str:
     if moment is None:
         return "-"
+    if isinstance(moment, FarTime):
+        return moment.text
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 

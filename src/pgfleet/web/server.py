@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
@@ -12,7 +15,13 @@ from pgfleet import migrations
 from pgfleet.db import connect
 from pgfleet.errors import PgfleetError
 from pgfleet.web.app import create_app
-from pgfleet.web.settings import WebSettings
+from pgfleet.web.settings import TOKEN_ENV, WebSettings
+
+# Loopback keeps other machines out, not other accounts of this one (docs/security.md).
+OPEN_TO_LOCAL_USERS = (f"no token or basic auth: every local user of this host can use it "
+                       f"(set {TOKEN_ENV} or a token file to keep them out)")
+# On a stop, requests in flight get this long before their connections are closed.
+STOP_GRACE = 5.0
 
 
 def serve(settings: WebSettings) -> None:
@@ -26,8 +35,26 @@ def serve(settings: WebSettings) -> None:
     sock = bind(settings.host, settings.port)
     mode = " (read-only)" if settings.read_only else ""
     print(f"pgfleet web: serving on {url_of(sock)}{mode}", flush=True)
-    uvicorn.Server(server_config(settings)).run(sockets=[sock])
+    if not settings.has_auth:
+        print(f"pgfleet web: {OPEN_TO_LOCAL_USERS}", file=sys.stderr, flush=True)
+    _Server(server_config(settings, timeout_graceful_shutdown=STOP_GRACE)).run(sockets=[sock])
     sys.stdout.flush()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, but a stop signal ends it cleanly: uvicorn raises the signal again
+    once it has shut down, so TERM would end the process with 143 although nothing failed
+    (and INT with a KeyboardInterrupt). Here both stop it gracefully and it returns."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        stops = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in stops}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def server_config(settings: WebSettings, **options: Any) -> uvicorn.Config:
