@@ -19,6 +19,7 @@ from typing import Any
 
 from pgfleet import context, metrics, payload, store
 from pgfleet.errors import PayloadError
+from pgfleet.supervisor.process_groups import kill_thread_processes
 from pgfleet.tasks import PermanentError, Registry, Task
 from pgfleet.worker.job_log import UnknownTasks, interrupted
 
@@ -173,11 +174,14 @@ class Executor:
         except JobTimeout:
             outcome.error = f"timed out after {running.timeout:.1f}s"
             outcome.timed_out = True
+            _end_processes(job.id)
         except LeaseLost:
             outcome.error = "stopped: the job was taken over, cancelled or deleted"
+            _end_processes(job.id)
         except WorkerStopping:
             outcome.error = "stopped: the worker is stopping"
             outcome.stopped = True
+            _end_processes(job.id)
         except PermanentError as exc:
             outcome.error = describe_exception(exc)
             outcome.final = True
@@ -253,6 +257,21 @@ class Executor:
         else:
             interrupted(running.job, self.queue, timed_out=reason is JobTimeout,
                         timeout=running.timeout)
+
+
+def _end_processes(job_id: int) -> None:
+    """A job stopped from outside (timeout, takeover, stop): the processes its thread
+    started die with it, before its outcome can release the job."""
+    killed: list[int] = []
+    for _ in range(3):  # a second interrupt (a stop after a timeout) may land meanwhile
+        try:
+            killed += kill_thread_processes(threading.get_native_id())
+            break
+        except (JobTimeout, LeaseLost, WorkerStopping):
+            continue
+    if killed:
+        log.warning("job %d stopped: killed %d process(es) it started: %s", job_id,
+                    len(killed), killed)
 
 
 async def _with_timeout(coro: Any, seconds: float) -> Any:

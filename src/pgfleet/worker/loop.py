@@ -31,6 +31,7 @@ from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
+from pgfleet.supervisor.process_groups import kill_job_processes
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.events import WorkerEvents
 from pgfleet.worker.executor import Executor, Running, WorkerStopping
@@ -134,6 +135,10 @@ class Worker(ChildProcess):
             metrics.workers.labels(self.s.queue).dec()
             self._shutdown()
             watchdog.set()
+            if threading.current_thread() is threading.main_thread():
+                # A stuck job's processes must not outlive this process (its group is
+                # cleaned too on the way out: pgfleet.child.exit_now).
+                kill_job_processes()
         return self.exit_code
 
     def _loop(self) -> None:

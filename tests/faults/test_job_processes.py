@@ -1,0 +1,127 @@
+"""A job's processes die with it. The task `faults.marker_child` starts a shell whose
+background child (the job's grandchild) appends "PID TIME" to a marker file ten times a
+second; each scenario ends the job's run from outside and proves from the marker file
+that the grandchild wrote nothing after the job was released, and that it is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+import pgfleet
+from tests.faults import books
+from tests.faults.conftest import Db
+from tests.faults.helpers import job_row, wait_settled
+from tests.faults.test_never_twice import QUICK, runner_pid
+from tests.support.fleet import Fleet, alive
+from tests.support.workers import scalar, wait_for
+
+pytestmark = pytest.mark.faults
+
+ONE_WORKER = {"processes": 1, "kill_grace": "2s"}
+
+
+def marks(path: Path) -> list[tuple[int, float]]:
+    """(pid, epoch seconds) of every complete line of a marker file."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    found = []
+    for line in lines:
+        pid, _, stamp = line.partition(" ")
+        if pid.isdigit() and stamp.replace(".", "").isdigit():
+            found.append((int(pid), float(stamp)))
+    return found
+
+
+def released_at(dsn: str, job_id: int) -> datetime:
+    """When the first attempt's end was recorded (its entry in the job's errors)."""
+    value = scalar(dsn, "SELECT (errors->0->>'at')::timestamptz FROM pgfleet.jobs"
+                        " WHERE id = %s", (job_id,))
+    assert isinstance(value, datetime), value
+    return value
+
+
+def start_job(dsn: str, marker: Path, worker: int) -> tuple[int, int]:
+    """Enqueue the job and wait until `worker` runs it and its grandchild writes;
+    returns (job id, grandchild pid)."""
+    job_id = pgfleet.enqueue(dsn, "faults.marker_child",
+                             {"marker": str(marker), "seconds": 60.0}, max_attempts=2)
+    first = Path(f"{marker}.1")
+    wait_for(lambda: len(marks(first)) >= 3, timeout=30)
+    assert runner_pid(dsn, job_id) == worker
+    return job_id, int(Path(f"{first}.pid").read_text())
+
+
+def assert_silent_after_release(dsn: str, job_id: int, marker: Path, grandchild: int) -> None:
+    first = marks(Path(f"{marker}.1"))
+    assert {pid for pid, _ in first} == {grandchild}
+    last = max(stamp for _, stamp in first)
+    released = released_at(dsn, job_id).timestamp()
+    assert last < released, f"the grandchild wrote {last - released:.3f}s after the release"
+    assert not alive(grandchild)
+    # The rerun's own grandchild wrote too: the marker file was readable all along.
+    assert marks(Path(f"{marker}.2"))
+
+
+def test_a_killed_workers_processes_die_before_its_job_is_rescued(
+        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path) -> None:
+    """SIGKILL leaves the worker no chance to clean up: the supervisor (a subreaper)
+    kills the worker's process group and rescues the job only once the group is empty."""
+    dsn = db.dsn
+    f = cfleet({"default": ONE_WORKER}, supervisor=QUICK)
+    [worker] = f.wait_workers(1)
+    marker = tmp_path / "marks"
+    job_id, grandchild = start_job(dsn, marker, worker)
+    os.kill(worker, signal.SIGKILL)
+    wait_settled(dsn, timeout=120, log=f.log)
+    row = job_row(dsn, job_id)
+    assert row["state"] == "succeeded" and row["attempt"] == 2, row
+    assert row["errors"][0]["error"] == "worker died: SIGKILL"
+    assert_silent_after_release(dsn, job_id, marker, grandchild)
+    books.check(dsn, [job_id])
+
+
+def test_a_timed_out_jobs_processes_die_before_its_failure_is_recorded(
+        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path) -> None:
+    """The worker lives on: only the processes the job's own thread started are killed."""
+    dsn = db.dsn
+    f = cfleet({"default": {"processes": 1, "timeout": "2s", "kill_grace": "5s"}},
+               supervisor=QUICK)
+    [worker] = f.wait_workers(1)
+    marker = tmp_path / "marks"
+    job_id, grandchild = start_job(dsn, marker, worker)
+    wait_settled(dsn, timeout=120, log=f.log)
+    row = job_row(dsn, job_id)
+    assert row["state"] == "succeeded" and row["attempt"] == 2, row
+    assert row["errors"][0]["error"] == "timed out after 2.0s"
+    assert_silent_after_release(dsn, job_id, marker, grandchild)
+    assert list(f.workers()) == [worker]  # the same process ran the retry
+    assert "process(es) it started" in f.log()
+    books.check(dsn, [job_id])
+
+
+def test_a_jobs_processes_die_when_its_supervisor_is_killed(
+        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path) -> None:
+    """The supervisor is SIGKILLed: its worker stops (parent-death signal), its job's
+    processes die before the job is given back, and another supervisor reruns it."""
+    dsn = db.dsn
+    first = cfleet({"default": ONE_WORKER}, name="first", supervisor=QUICK)
+    [worker] = first.wait_workers(1)
+    marker = tmp_path / "marks"
+    job_id, grandchild = start_job(dsn, marker, worker)
+    first.signal(signal.SIGKILL)
+    wait_for(lambda: not alive(worker), timeout=30)
+    second = cfleet({"default": ONE_WORKER}, name="second", supervisor=QUICK)
+    wait_settled(dsn, timeout=120, log=lambda: first.log() + second.log())
+    row = job_row(dsn, job_id)
+    assert row["state"] == "succeeded" and row["attempt"] == 2, row
+    assert row["errors"][0]["error"].startswith("given back"), row
+    assert_silent_after_release(dsn, job_id, marker, grandchild)
+    books.check(dsn, [job_id])
