@@ -63,10 +63,12 @@ MARKER_LOOP = ('sh -c \'while :; do echo "$$ $(date +%%s.%%N)" >> %s; sleep 0.1;
 
 
 @pgfleet.task(name="faults.marker_child")
-def marker_child(marker: str, seconds: float = 30.0, later: float = 0.5) -> None:
+def marker_child(marker: str, seconds: float = 30.0, later: float = 0.5,
+                 blocked: bool = False) -> None:
     """Starts a shell whose background child keeps writing to `marker`, then waits in
-    short sleeps (so an interrupt lands) for `seconds` (`later` on later attempts); on a
-    normal end it stops its processes itself. Each attempt writes to `marker.ATTEMPT`."""
+    short sleeps (so an interrupt lands; `blocked`: in one sleep, where none does) for
+    `seconds` (`later` on later attempts); on a normal end it stops its processes itself.
+    Each attempt writes to `marker.ATTEMPT`."""
     job = pgfleet.current_job()
     assert job is not None
     path = f"{marker}.{job.attempt}"
@@ -74,7 +76,7 @@ def marker_child(marker: str, seconds: float = 30.0, later: float = 0.5) -> None
     shell = subprocess.Popen(["sh", "-c", MARKER_LOOP % (path, path)])
     end = time.monotonic() + (seconds if job.attempt == 1 else later)
     while time.monotonic() < end:
-        time.sleep(0.05)
+        time.sleep(seconds if blocked and job.attempt == 1 else 0.05)
     with open(f"{path}.pid") as handle:
         os.kill(int(handle.read()), signal.SIGKILL)
     shell.wait()

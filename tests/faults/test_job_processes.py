@@ -48,11 +48,12 @@ def released_at(dsn: str, job_id: int) -> datetime:
     return value
 
 
-def start_job(dsn: str, marker: Path, worker: int) -> tuple[int, int]:
+def start_job(dsn: str, marker: Path, worker: int, blocked: bool = False) -> tuple[int, int]:
     """Enqueue the job and wait until `worker` runs it and its grandchild writes;
     returns (job id, grandchild pid)."""
     job_id = pgfleet.enqueue(dsn, "faults.marker_child",
-                             {"marker": str(marker), "seconds": 60.0}, max_attempts=2)
+                             {"marker": str(marker), "seconds": 60.0, "blocked": blocked},
+                             max_attempts=2)
     first = Path(f"{marker}.1")
     wait_for(lambda: len(marks(first)) >= 3, timeout=30)
     assert runner_pid(dsn, job_id) == worker
@@ -107,21 +108,25 @@ def test_a_timed_out_jobs_processes_die_before_its_failure_is_recorded(
     books.check(dsn, [job_id])
 
 
+@pytest.mark.parametrize("blocked", [False, True], ids=["interruptible", "blocked"])
 def test_a_jobs_processes_die_when_its_supervisor_is_killed(
-        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path) -> None:
-    """The supervisor is SIGKILLed: its worker stops (parent-death signal), its job's
-    processes die before the job is given back, and another supervisor reruns it."""
+        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path, blocked: bool) -> None:
+    """The supervisor is SIGKILLed: its worker stops (parent-death signal). A job that
+    the stop interrupts has its processes killed before it is given back; one blocked in
+    a C call stays leased, and the worker kills its processes (the rest of its group) as
+    it exits, long before the job's lease is seen unrenewed. Another supervisor reruns it."""
     dsn = db.dsn
     first = cfleet({"default": ONE_WORKER}, name="first", supervisor=QUICK)
     [worker] = first.wait_workers(1)
     marker = tmp_path / "marks"
-    job_id, grandchild = start_job(dsn, marker, worker)
+    job_id, grandchild = start_job(dsn, marker, worker, blocked)
     first.signal(signal.SIGKILL)
     wait_for(lambda: not alive(worker), timeout=30)
     second = cfleet({"default": ONE_WORKER}, name="second", supervisor=QUICK)
     wait_settled(dsn, timeout=120, log=lambda: first.log() + second.log())
     row = job_row(dsn, job_id)
     assert row["state"] == "succeeded" and row["attempt"] == 2, row
-    assert row["errors"][0]["error"].startswith("given back"), row
+    ended = "lease expired" if blocked else "given back"
+    assert row["errors"][0]["error"].startswith(ended), row
     assert_silent_after_release(dsn, job_id, marker, grandchild)
     books.check(dsn, [job_id])
