@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import pgfleet
@@ -130,3 +131,21 @@ def test_a_jobs_processes_die_when_its_supervisor_is_killed(
     assert row["errors"][0]["error"].startswith(ended), row
     assert_silent_after_release(dsn, job_id, marker, grandchild)
     books.check(dsn, [job_id])
+
+
+def test_a_cancelled_jobs_processes_die_with_it(
+        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path) -> None:
+    """An operator cancels the running job in SQL: at its next renewal the worker finds
+    the row no longer its own, stops the job and kills what the job started."""
+    dsn = db.dsn
+    f = cfleet({"default": ONE_WORKER}, supervisor=QUICK)
+    [worker] = f.wait_workers(1)
+    marker = tmp_path / "marks"
+    job_id, grandchild = start_job(dsn, marker, worker)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgfleet.jobs SET state = 'cancelled', finished_at = now(),"
+                     " lease_holder = NULL, lease_expires_at = NULL WHERE id = %s", (job_id,))
+    wait_for(lambda: f"job {job_id} stopped: killed" in f.log(), timeout=30)
+    assert not alive(grandchild)
+    assert list(f.workers()) == [worker]
+    assert job_row(dsn, job_id)["state"] == "cancelled"
