@@ -149,3 +149,4 @@ def test_a_cancelled_jobs_processes_die_with_it(
     assert not alive(grandchild)
     assert list(f.workers()) == [worker]
     assert job_row(dsn, job_id)["state"] == "cancelled"
+    books.check(dsn, [job_id])

@@ -55,14 +55,13 @@ def become_subreaper() -> bool:
     return False
 
 
-def lead_own_group(pid: int = 0) -> None:
-    """Make `pid` (0: this process) the leader of a new process group. Both the forking
-    parent and the child call it, so the group exists before either moves on."""
+def lead_own_group() -> None:
+    """Make this process the leader of a new process group, before it runs task code
+    (a worker that dies before this leaves no group, and nothing to wait for)."""
     global _leading
-    with contextlib.suppress(OSError):  # the child already did it, or already exited
-        os.setpgid(pid, pid)
-    if pid == 0:
-        _leading = os.getpgrp() == os.getpid()
+    with contextlib.suppress(OSError):  # already a group or session leader
+        os.setpgid(0, 0)
+    _leading = os.getpgrp() == os.getpid()
 
 
 def kill_group(pgid: int) -> bool:
@@ -77,14 +76,14 @@ def kill_group(pgid: int) -> bool:
     return True
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, process group) of `pid`, or None if it is gone."""
+def _group(pid: int) -> int | None:
+    """The process group of `pid`, or None if it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text.rsplit(")", 1)[1].split()
-    return int(fields[1]), int(fields[2])
+    # After the command name, in parentheses: state, parent, process group, ...
+    return int(text.rsplit(")", 1)[1].split()[2])
 
 
 def children(pid: int, tid: int | None = None) -> list[int]:
@@ -138,8 +137,7 @@ def kill_thread_processes(tid: int) -> list[int]:
 
 
 def _in_group(pid: int, group: int) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat[1] == group
+    return _group(pid) == group
 
 
 def _reap(pids: list[int]) -> None:
@@ -168,8 +166,7 @@ def kill_rest_of_group() -> int:
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
-        stat = _stat(int(entry))
-        if stat is not None and stat[1] == me:
+        if _group(int(entry)) == me:
             with contextlib.suppress(OSError):
                 os.kill(int(entry), signal.SIGKILL)
                 count += 1
