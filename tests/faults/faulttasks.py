@@ -6,6 +6,7 @@ import _thread
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pgfleet
@@ -80,4 +81,13 @@ def marker_child(marker: str, seconds: float = 30.0, later: float = 0.5,
     with open(f"{path}.pid") as handle:
         os.kill(int(handle.read()), signal.SIGKILL)
     shell.wait()
+    audit("finished")
+
+
+@pgfleet.task(name="faults.event_wait")
+def event_wait(seconds: float = 10.0) -> None:
+    """Waits on an Event rather than in time.sleep(), which fails with EINVAL under
+    libfaketime once its offset is not zero (its absolute clock_nanosleep is shifted)."""
+    audit("started")
+    threading.Event().wait(seconds)
     audit("finished")

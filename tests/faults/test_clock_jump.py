@@ -1,4 +1,4 @@
-"""FAULTS.md X4: the database server's clock jumps forward two hours while jobs run.
+"""FAULTS.md X4, C1, C2: the database server's clock, or a host's, jumps while jobs run.
 
 The throwaway cluster here runs under libfaketime (its monotonic clock left alone), whose
 offset file the test rewrites mid-run: every backend's now() jumps at once, as on a server
@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import pgfleet
 from tests.faults import books
-from tests.faults.conftest import faults_config
+from tests.faults.conftest import Db, faults_config
 from tests.faults.helpers import job_row, wait_settled
 from tests.support.cluster import SERVER_USER, Cluster
 from tests.support.fleet import Fleet
@@ -46,15 +48,18 @@ class FakedClock:
         self.path.chmod(0o644)
 
 
+def faked_environment(clock: FakedClock) -> dict[str, str]:
+    """A process started with this sees `clock`'s offset on its wall clock only."""
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(clock.path),
+            "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
 @pytest.fixture(scope="module")
 def faked() -> Iterator[tuple[Cluster, FakedClock]]:
     assert LIBFAKETIME.exists(), "libfaketime is needed: apt-get install faketime"
     root = Path(tempfile.mkdtemp(prefix="pgfleet-faked-"))
     clock = FakedClock(root / "faketime.rc")
-    cluster = Cluster(root, env={
-        "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(clock.path),
-        "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-    })
+    cluster = Cluster(root, env=faked_environment(clock))
     if cluster.as_root:
         entry = pwd.getpwnam(SERVER_USER)
         os.chown(root, entry.pw_uid, entry.pw_gid)
@@ -104,3 +109,36 @@ def test_a_forward_jump_of_the_server_clock_reruns_no_live_job(
         assert job_row(dsn, delayed)["state"] == "succeeded"
         assert "rescued" not in fleet.log()
         books.check(dsn, [*ids, delayed])
+
+
+@pytest.mark.parametrize("jump", ["+2h", "-2h"])
+def test_a_jump_of_a_hosts_clock_reruns_no_live_job(
+        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, jump: str) -> None:
+    """FAULTS.md C1/C2: the wall clock of the host that runs the jobs jumps (its
+    monotonic clock does not), while another host's maintenance watches their leases."""
+    dsn = db.dsn
+    clock = FakedClock(tmp_path / "faketime.rc")
+    with monkeypatch.context() as faked_env:
+        for key, value in faked_environment(clock).items():
+            faked_env.setenv(key, value)
+        host = cfleet({"default": {"processes": 1, "threads": 4, "kill_grace": "1s"}},
+                      name="host", supervisor=SUPERVISOR)
+    other = cfleet({"other": {"processes": 1, "kill_grace": "1s"}}, name="other",
+                   supervisor=SUPERVISOR)
+    [worker] = host.wait_workers(1)
+    other.wait_workers(1)
+    ids = [pgfleet.enqueue(dsn, "faults.event_wait", {"seconds": 12.0}) for _ in range(4)]
+    wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE event = 'started'"
+                                 " AND pid = %s", (worker,)) == 4, timeout=60)
+    clock.set(jump)
+    seen = float(subprocess.run(
+        [sys.executable, "-c", "import time; print(time.time())"], capture_output=True,
+        text=True, check=True, env=dict(os.environ, **faked_environment(clock))).stdout)
+    assert abs(abs(seen - time.time()) - 7200) < 60  # what the host's processes now see
+    wait_settled(dsn, timeout=120, log=lambda: host.log() + other.log())
+    for job_id in ids:
+        row = job_row(dsn, job_id)
+        assert (row["state"], row["attempt"], row["errors"]) == ("succeeded", 1, []), row
+    assert "rescued" not in host.log() + other.log()
+    books.check(dsn, ids)
