@@ -65,10 +65,11 @@ MARKER_LOOP = ('sh -c \'while :; do echo "$$ $(date +%%s.%%N)" >> %s; sleep 0.1;
 
 @pgfleet.task(name="faults.marker_child")
 def marker_child(marker: str, seconds: float = 30.0, later: float = 0.5,
-                 blocked: bool = False) -> None:
+                 blocked: bool = False, leave: bool = False) -> None:
     """Starts a shell whose background child keeps writing to `marker`, then waits in
     short sleeps (so an interrupt lands; `blocked`: in one sleep, where none does) for
-    `seconds` (`later` on later attempts); on a normal end it stops its processes itself.
+    `seconds` (`later` on later attempts); on a normal end it stops its processes itself,
+    unless told to `leave` them running.
     Each attempt writes to `marker.ATTEMPT`."""
     job = pgfleet.current_job()
     assert job is not None
@@ -78,9 +79,10 @@ def marker_child(marker: str, seconds: float = 30.0, later: float = 0.5,
     end = time.monotonic() + (seconds if job.attempt == 1 else later)
     while time.monotonic() < end:
         time.sleep(seconds if blocked and job.attempt == 1 else 0.05)
-    with open(f"{path}.pid") as handle:
-        os.kill(int(handle.read()), signal.SIGKILL)
-    shell.wait()
+    if not leave:
+        with open(f"{path}.pid") as handle:
+            os.kill(int(handle.read()), signal.SIGKILL)
+        shell.wait()
     audit("finished")
 
 

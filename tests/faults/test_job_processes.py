@@ -146,7 +146,25 @@ def test_a_cancelled_jobs_processes_die_with_it(
         conn.execute("UPDATE pgfleet.jobs SET state = 'cancelled', finished_at = now(),"
                      " lease_holder = NULL, lease_expires_at = NULL WHERE id = %s", (job_id,))
     wait_for(lambda: f"job {job_id} stopped: killed" in f.log(), timeout=30)
-    assert not alive(grandchild)
+    wait_for(lambda: not alive(grandchild), timeout=10)  # SIGKILLed: gone once scheduled
     assert list(f.workers()) == [worker]
     assert job_row(dsn, job_id)["state"] == "cancelled"
+    books.check(dsn, [job_id])
+
+
+def test_processes_a_finished_job_left_behind_die_when_its_worker_recycles(
+        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path) -> None:
+    """A job that succeeds and leaves its grandchild running: nothing stops it then, but
+    the worker kills the rest of its group when it exits (here: recycled after a job)."""
+    dsn = db.dsn
+    f = cfleet({"default": {**ONE_WORKER, "max_jobs": 1}}, supervisor=QUICK)
+    [worker] = f.wait_workers(1)
+    marker = tmp_path / "marks"
+    job_id = pgfleet.enqueue(dsn, "faults.marker_child",
+                             {"marker": str(marker), "seconds": 1.0, "leave": True})
+    wait_for(lambda: job_row(dsn, job_id)["state"] == "succeeded", timeout=30)
+    grandchild = int(Path(f"{marker}.1.pid").read_text())
+    wait_for(lambda: not alive(worker), timeout=30)
+    wait_for(lambda: not alive(grandchild), timeout=10)  # SIGKILLed: gone once scheduled
+    assert "recycled" in f.log()
     books.check(dsn, [job_id])

@@ -44,13 +44,19 @@ class Draining(Generic[Item]):
 
     def step(self) -> None:
         """SIGKILL what is left of each group; call on_empty for each group found empty
-        (its members reaped: as a subreaper the supervisor reaps them all)."""
+        (its members reaped: as a subreaper the supervisor reaps them all). A group that
+        never empties keeps its jobs leased only up to a lease: the lease watch of any
+        host then rescues them, as for a vanished host."""
         for pgid, entry in list(self.groups.items()):
             try:
                 alive = kill_group(pgid)
             except OSError as exc:
-                log.warning("cannot kill process group %d: %s", pgid, exc)
-                alive = False
+                # EPERM: members this process may not signal. They keep the jobs leased;
+                # the lease watch rescues them after a lease at the latest.
+                if not entry.warned:
+                    log.warning("cannot kill process group %d: %s", pgid, exc)
+                    entry.warned = True
+                alive = True
             if not alive:
                 del self.groups[pgid]
                 self.on_empty(entry.item)
