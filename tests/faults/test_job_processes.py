@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -168,3 +170,26 @@ def test_processes_a_finished_job_left_behind_die_when_its_worker_recycles(
     wait_for(lambda: not alive(grandchild), timeout=10)  # SIGKILLed: gone once scheduled
     assert "recycled" in f.log()
     books.check(dsn, [job_id])
+
+
+def test_a_lone_workers_stuck_job_processes_die_when_it_exits(
+        db: Db, tmp_path: Path) -> None:
+    """A worker without a supervisor, stopped (SIGINT) while its job is blocked in one C
+    call: the job stays leased, and the worker kills the processes the job started as it
+    exits, although it leads no process group of its own."""
+    dsn = db.dsn
+    with open(tmp_path / "lone.log", "wb") as sink:
+        lone = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.lone_worker", dsn, "30"],
+            stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        marker = tmp_path / "marks"
+        job_id, grandchild = start_job(dsn, marker, lone.pid, blocked=True)
+        lone.send_signal(signal.SIGINT)
+        assert lone.wait(60) == 0
+        wait_for(lambda: not alive(grandchild), timeout=10)  # SIGKILLed: gone once scheduled
+        assert job_row(dsn, job_id)["state"] == "running"  # leased: its thread never left
+    finally:
+        if lone.poll() is None:
+            lone.kill()
+            lone.wait(10)
