@@ -29,7 +29,7 @@ from setproctitle import setproctitle
 
 from pgfleet.supervisor.beacon import Beacon
 from pgfleet.supervisor.exit_codes import EXIT_CRASHED, EXIT_PARENT_GONE
-from pgfleet.supervisor.process_groups import kill_rest_of_group
+from pgfleet.supervisor.process_groups import kill_job_processes, kill_rest_of_group
 
 log = logging.getLogger("pgfleet.child")
 
@@ -220,8 +220,10 @@ def follow_parent_death(sig: int = signal.SIGINT) -> None:
 
 
 def exit_now(code: int) -> None:
-    """End this process at once, from any thread: the processes its jobs started (the
-    rest of its process group, when it leads one) go first, so none outlives it."""
+    """End this process at once, from any thread: the processes its jobs started (its
+    threads' children in its group, and the rest of its group when it leads one) go
+    first, so none outlives it."""
+    kill_job_processes()
     kill_rest_of_group()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -22,6 +22,7 @@ from tests.faults.conftest import Db
 from tests.faults.helpers import job_row, wait_settled
 from tests.faults.test_never_twice import QUICK, runner_pid
 from tests.support.fleet import Fleet, alive
+from tests.support.proxy import Proxy, server_address
 from tests.support.workers import scalar, wait_for
 
 pytestmark = pytest.mark.faults
@@ -168,7 +169,7 @@ def test_processes_a_finished_job_left_behind_die_when_its_worker_recycles(
     grandchild = int(Path(f"{marker}.1.pid").read_text())
     wait_for(lambda: not alive(worker), timeout=30)
     wait_for(lambda: not alive(grandchild), timeout=10)  # SIGKILLed: gone once scheduled
-    assert "recycled" in f.log()
+    assert "recycling: 1 jobs done" in f.log()
     books.check(dsn, [job_id])
 
 
@@ -193,3 +194,33 @@ def test_a_lone_workers_stuck_job_processes_die_when_it_exits(
         if lone.poll() is None:
             lone.kill()
             lone.wait(10)
+
+
+def test_a_cut_off_lone_workers_job_processes_die_before_its_lease_runs_out(
+        db: Db, cfleet: Callable[..., Fleet], tmp_path: Path) -> None:
+    """A worker without a supervisor whose database traffic vanishes (lease 6 s): its
+    lease watchdog ends the process, and the job's processes with it, before another host
+    can rescue and rerun the job."""
+    dsn = db.dsn
+    proxy = Proxy(server_address(dsn))
+    with open(tmp_path / "lone.log", "wb") as sink:
+        lone = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.lone_worker", proxy.dsn(dsn), "6"],
+            stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        marker = tmp_path / "marks"
+        job_id, grandchild = start_job(dsn, marker, lone.pid, blocked=True)
+        proxy.blackhole()
+        assert lone.wait(60) != 0
+        f = cfleet({"default": ONE_WORKER})
+        wait_settled(dsn, timeout=120, log=f.log)
+    finally:
+        if lone.poll() is None:
+            lone.kill()
+            lone.wait(10)
+        proxy.close()
+    row = job_row(dsn, job_id)
+    assert row["state"] == "succeeded" and row["attempt"] == 2, row
+    assert row["errors"][0]["error"].startswith("lease expired")
+    assert_silent_after_release(dsn, job_id, marker, grandchild)
+    books.check(dsn, [job_id])

@@ -105,15 +105,16 @@ def _tasks(pid: int) -> list[str]:
 
 
 def kill_job_processes() -> list[int]:
-    """kill_thread_processes() for every thread of this process: a worker on its way
-    out, whose stuck jobs' processes must not outlive it."""
+    """kill_thread_processes() for every thread of this process, without waiting to reap
+    them: a process on its way out, whose stuck jobs' processes must not outlive it
+    (whoever inherits the dead, the supervisor or init, reaps them)."""
     killed: list[int] = []
     for task in _tasks(os.getpid()):
-        killed += kill_thread_processes(int(task))
+        killed += kill_thread_processes(int(task), reap=False)
     return killed
 
 
-def kill_thread_processes(tid: int) -> list[int]:
+def kill_thread_processes(tid: int, reap: bool = True) -> list[int]:
     """Kill the processes that thread `tid` of this process started, with their
     descendants, if they are still in this process's group; reap the direct ones.
     Returns the pids killed."""
@@ -132,7 +133,8 @@ def kill_thread_processes(tid: int) -> list[int]:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
         killed.append(pid)
-    _reap(direct)
+    if reap:
+        _reap(direct)
     return killed
 
 

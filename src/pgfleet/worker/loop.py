@@ -136,8 +136,8 @@ class Worker(ChildProcess):
             self._shutdown()
             watchdog.set()
             if threading.current_thread() is threading.main_thread():
-                # A stuck job's processes must not outlive this process (its group is
-                # cleaned too on the way out: pgfleet.child.exit_now).
+                # A stuck job's processes must not outlive this process, which may end
+                # by sys.exit (`pgfleet worker`) rather than pgfleet.child.exit_now.
                 kill_job_processes()
         return self.exit_code
 
