@@ -9,6 +9,8 @@ setup:
 	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer && \
 	   $(MAKE) --no-print-directory pgbouncer-service-off)
+	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime)
 	@command -v chromium >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 	$(PYTHON) -m pip install -q -e '.[dev,embedded,web]'

@@ -29,6 +29,7 @@ from setproctitle import setproctitle
 
 from pgfleet.supervisor.beacon import Beacon
 from pgfleet.supervisor.exit_codes import EXIT_CRASHED, EXIT_PARENT_GONE
+from pgfleet.supervisor.process_groups import kill_job_processes, kill_rest_of_group
 
 log = logging.getLogger("pgfleet.child")
 
@@ -203,8 +204,7 @@ def watch_parent(parent: int, wakeup: Wakeup, grace: float = PARENT_GONE_GRACE) 
         time.sleep(grace)
         log.error("the supervisor is gone and this process did not stop within %.0fs; "
                   "exiting", grace)
-        sys.stderr.flush()
-        os._exit(EXIT_PARENT_GONE)
+        exit_now(EXIT_PARENT_GONE)
 
     threading.Thread(target=watch, name="pgfleet-parent-watch", daemon=True).start()
 
@@ -217,6 +217,17 @@ def follow_parent_death(sig: int = signal.SIGINT) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def exit_now(code: int) -> None:
+    """End this process at once, from any thread: the processes its jobs started (its
+    threads' children in its group, and the rest of its group when it leads one) go
+    first, so none outlives it."""
+    kill_job_processes()
+    kill_rest_of_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def set_title(title: str) -> None:
@@ -240,6 +251,4 @@ def run_child(title: str, body: Callable[[], int]) -> None:
         log.exception("%s failed", title)
         code = EXIT_CRASHED
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_now(code)

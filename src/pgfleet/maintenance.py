@@ -19,6 +19,7 @@ from pgfleet.config import Config, QueueConfig
 from pgfleet.db import scrub
 from pgfleet.db_child import DatabaseChild
 from pgfleet.errors import DatabaseUnavailable
+from pgfleet.lease_watch import LeaseWatch
 from pgfleet.supervisor.beacon import Beacon
 from pgfleet.supervisor.failed_queues import UNREAD, FailedQueues
 from pgfleet.supervisor.rescue_pipe import RescueReader
@@ -45,6 +46,7 @@ class Maintenance(DatabaseChild):
         self.seen_job_id: int | None = None
         self.failed_queues = failed_queues
         self.reported_failures = UNREAD  # the sequence of the failed queues last recorded
+        self.lease_watch = LeaseWatch(config.supervisor.lease)
 
     def run(self) -> int:
         metrics.zero_maintenance_counters(list(self.config.queues))
@@ -95,13 +97,19 @@ class Maintenance(DatabaseChild):
             self.next_heartbeat = now + self.config.supervisor.heartbeat_interval
             self.reported_failures = UNREAD  # the row may have been made again: rewrite
         self._report_failures(conn)
-        for job_id, queue, state in store.rescue_expired(conn, limit=RESCUE_BATCH):
-            metrics.jobs_rescued.labels(metrics.queue_label(queue)).inc()
-            _log_rescue(job_id, queue, state, "its lease expired")
+        self._rescue_stale(conn)
         if now >= self.next_prune:
             self._prune(conn)
             self.next_prune = now + PRUNE_EVERY
         self._measure(conn)
+
+    def _rescue_stale(self, conn: psycopg.Connection[Any]) -> None:
+        """Rescue the jobs whose lease nobody renewed for a whole lease, as timed by this
+        process's monotonic clock (pgfleet.lease_watch): a host that vanished or froze."""
+        stale = self.lease_watch.stale(store.running_leases(conn), time.monotonic())
+        for job_id, queue, state in store.rescue_stale(conn, leases=stale[:RESCUE_BATCH]):
+            metrics.jobs_rescued.labels(metrics.queue_label(queue)).inc()
+            _log_rescue(job_id, queue, state, "its lease was not renewed for a whole lease")
 
     def _rescue_requested(self) -> None:
         if not self.to_rescue:

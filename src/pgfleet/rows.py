@@ -81,6 +81,16 @@ class RescuedJob:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A running job's lease as a rescuer sees it; equal while nobody renews it."""
+
+    id: int
+    holder: str
+    attempt: int
+    beats: int
+
+
+@dataclass(frozen=True)
 class HeldJob:
     id: int
     queue: str

@@ -37,6 +37,7 @@ from pgfleet.rows import (
     JobSummary as JobSummary,
     KeyedJob as KeyedJob,
     KeyHolder as KeyHolder,
+    Lease as Lease,
     NewJobs as NewJobs,
     ProcessRow as ProcessRow,
     QueueAge as QueueAge,
@@ -385,9 +386,19 @@ def rescue_holder(conn: Conn, *, worker: str, error: str, delays: dict[int, floa
     return [(row.id, row.queue, row.task, row.state) for row in rows]
 
 
-def rescue_expired(conn: Conn, *, limit: int) -> list[tuple[int, str, str]]:
-    """Give back jobs whose lease ran out: (id, queue, new state) of each."""
-    rows = _many(conn, "rescue_expired", {"limit": limit}, RescuedJob)
+def running_leases(conn: Conn) -> list[Lease]:
+    """The lease of every running job, for pgfleet.lease_watch."""
+    return _many(conn, "running_leases", {}, Lease)
+
+
+def rescue_stale(conn: Conn, *, leases: Sequence[Lease]) -> list[tuple[int, str, str]]:
+    """Give back the jobs of `leases` that are still exactly as seen (not renewed, not
+    claimed again since): (id, queue, new state) of each."""
+    if not leases:
+        return []
+    params = {"ids": [x.id for x in leases], "holders": [x.holder for x in leases],
+              "attempts": [x.attempt for x in leases], "beats": [x.beats for x in leases]}
+    rows = _many(conn, "rescue_stale", params, RescuedJob)
     return [(row.id, row.queue, row.state) for row in rows]
 
 

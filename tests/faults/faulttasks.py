@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import _thread
+import os
+import signal
+import subprocess
+import threading
 import time
 
 import pgfleet
@@ -50,4 +54,42 @@ def interrupt_main(seconds: float = 5.0) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
+    audit("finished")
+
+
+# A grandchild that writes "PID EPOCH" to the marker file ten times a second: the shell the
+# task starts runs it in the background and waits.
+MARKER_LOOP = ('sh -c \'while :; do echo "$$ $(date +%%s.%%N)" >> %s; sleep 0.1; done\' & '
+               'echo $! > %s.pid; wait')
+
+
+@pgfleet.task(name="faults.marker_child")
+def marker_child(marker: str, seconds: float = 30.0, later: float = 0.5,
+                 blocked: bool = False, leave: bool = False) -> None:
+    """Starts a shell whose background child keeps writing to `marker`, then waits in
+    short sleeps (so an interrupt lands; `blocked`: in one sleep, where none does) for
+    `seconds` (`later` on later attempts); on a normal end it stops its processes itself,
+    unless told to `leave` them running.
+    Each attempt writes to `marker.ATTEMPT`."""
+    job = pgfleet.current_job()
+    assert job is not None
+    path = f"{marker}.{job.attempt}"
+    audit("started")
+    shell = subprocess.Popen(["sh", "-c", MARKER_LOOP % (path, path)])
+    end = time.monotonic() + (seconds if job.attempt == 1 else later)
+    while time.monotonic() < end:
+        time.sleep(seconds if blocked and job.attempt == 1 else 0.05)
+    if not leave:
+        with open(f"{path}.pid") as handle:
+            os.kill(int(handle.read()), signal.SIGKILL)
+        shell.wait()
+    audit("finished")
+
+
+@pgfleet.task(name="faults.event_wait")
+def event_wait(seconds: float = 10.0) -> None:
+    """Waits on an Event rather than in time.sleep(), which fails with EINVAL under
+    libfaketime once its offset is not zero (its absolute clock_nanosleep is shifted)."""
+    audit("started")
+    threading.Event().wait(seconds)
     audit("finished")

@@ -19,11 +19,11 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import store
 from tests.faults import books
 from tests.faults.conftest import Db
 from tests.faults.helpers import job_row
 from tests.support.fleet import Fleet, alive
+from tests.support.rescue import rescue_all
 from tests.support.workers import scalar, wait_for
 
 pytestmark = pytest.mark.faults
@@ -115,11 +115,9 @@ def test_a_late_outcome_is_refused_by_the_fence(
         # must not be the one that claims attempt 2 (on a slow machine it could be).
         f = cfleet({"default": {"processes": 1}})
         f.wait_workers(1)
-        with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
-            # Expire and rescue in one transaction, so no renewal slips in between.
-            conn.execute("UPDATE pgfleet.jobs SET lease_expires_at = now() - interval '1s'"
-                         " WHERE id = %s", (job_id,))
-            assert [r[0] for r in store.rescue_expired(conn, limit=10)] == [job_id]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # As a lease watch would once it saw the lease unrenewed for a whole lease.
+            assert rescue_all(conn) == [job_id]
         wait_for(lambda: runner_pid(dsn, job_id, 2) in f.workers(), timeout=30)
         wait_for(lambda: "lease lost" in out.read_text(), timeout=30)
         wait_for(lambda: job_row(dsn, job_id)["state"] == "succeeded", timeout=30)

@@ -1,5 +1,5 @@
 """What a failed attempt writes, through each query that fails one: a worker's
-complete_failed, the supervisor's rescue_holder and maintenance's rescue_expired. All three
+complete_failed, the supervisor's rescue_holder and maintenance's rescue_stale. All three
 go through pgfleet.failed_attempt; each is checked on both branches (queued again, dead)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 
 import pgfleet
 from pgfleet import store
+from tests.support.rescue import rescue_all
 
 WORKER = "host-a:42:abc"
 Conn = psycopg.Connection[Any]
@@ -40,15 +41,14 @@ def by_supervisor(conn: Conn, job_id: int, attempt: int) -> None:
 
 
 def by_lease_expiry(conn: Conn, job_id: int, attempt: int) -> None:
-    conn.execute("UPDATE pgfleet.jobs SET lease_expires_at = now() - interval '1 second'"
-                 " WHERE id = %s", (job_id,))
-    assert store.rescue_expired(conn, limit=10) != []
+    # What maintenance does once its lease watch saw the lease unrenewed for a lease.
+    assert rescue_all(conn) != []
 
 
 PATHS = {
     "complete_failed": by_worker(final=False),
     "rescue_holder": Path(by_supervisor, "worker died: SIGSEGV", "worker died: SIGSEGV", 7.5),
-    "rescue_expired": Path(by_lease_expiry, f"lease expired (worker {WORKER} stopped"
+    "rescue_stale": Path(by_lease_expiry, f"lease expired (worker {WORKER} stopped"
                            " heartbeating)", f"lease expired (worker {WORKER})", 0.0),
 }
 

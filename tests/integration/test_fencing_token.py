@@ -11,6 +11,7 @@ import pytest
 import pgfleet
 from pgfleet import store
 from pgfleet.context import JobContext
+from tests.support.rescue import rescue_all
 
 
 def claimed(conn: psycopg.Connection[Any], worker: str) -> JobContext:
@@ -25,8 +26,7 @@ def test_still_ours_until_the_job_is_taken_over(dsn: str) -> None:
         first = claimed(conn, "host-a")
         assert first.token == ("host-a", 1)
         assert first.still_ours(conn)
-        conn.execute("UPDATE pgfleet.jobs SET lease_expires_at = now() - interval '1s'")
-        assert [row[0] for row in store.rescue_expired(conn, limit=10)] == [first.id]
+        assert rescue_all(conn) == [first.id]
         assert not first.still_ours(conn)
         second = claimed(conn, "host-b")
         assert second.token == ("host-b", 2)
@@ -38,15 +38,14 @@ def test_still_ours_holds_off_a_rescue_until_the_transaction_ends(dsn: str) -> N
     with psycopg.connect(dsn, autocommit=True) as conn, \
             psycopg.connect(dsn, autocommit=True) as rescuer:
         job = claimed(conn, "host-a")
-        conn.execute("UPDATE pgfleet.jobs SET lease_expires_at = now() - interval '1s'")
         rescuer.execute("SET lock_timeout = '1s'")
         with conn.transaction():
             assert job.still_ours(conn)
             # SKIP LOCKED: the rescue passes over the locked row instead of taking it.
-            assert store.rescue_expired(rescuer, limit=10) == []
+            assert rescue_all(rescuer) == []
             with pytest.raises(psycopg.errors.LockNotAvailable):
                 rescuer.execute("UPDATE pgfleet.jobs SET lease_holder = %s", ("host-b",))
-        assert [row[0] for row in store.rescue_expired(rescuer, limit=10)] == [job.id]
+        assert rescue_all(rescuer) == [job.id]
 
 
 def test_a_fenced_update_is_written_only_by_the_holder(dsn: str) -> None:

@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY
 import pgfleet
 from pgfleet.config import parse_config_text
 from pgfleet.maintenance import Maintenance
-from tests.support.workers import scalar, states
+from tests.support.workers import scalar, states, wait_for
 
 
 def maintenance(dsn: str, **kwargs: Any) -> Maintenance:
@@ -26,19 +26,34 @@ def sample(name: str, labels: dict[str, str]) -> float | None:
     return value
 
 
-def test_jobs_of_a_vanished_host_are_rescued_after_their_lease(dsn: str) -> None:
+def test_jobs_of_a_vanished_host_are_rescued_once_their_leases_stop_beating(
+        dsn: str) -> None:
+    """Rescue watches each lease's beat counter on the rescuer's monotonic clock and
+    ignores lease_expires_at: here the expiry times say the opposite of the truth, as
+    after a jump of the server's clock."""
     ids = pgfleet.enqueue_many(dsn, [{"task": "noop", "max_attempts": 2}] * 3)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        # Host B claimed them and vanished: two leases ran out, one still holds.
+        # Host B claimed them; the worker of the first two vanished (their expiry an hour
+        # ahead), the third's still renews (its expiry an hour behind).
         conn.execute("UPDATE pgfleet.jobs SET state = 'running', attempt = 1,"
-                     " lease_holder = 'host-b:9:ff', lease_expires_at = now() - interval '1s'"
+                     " lease_holder = 'host-b:9:ff', lease_expires_at = now() + interval '1h'"
                      " WHERE id = ANY(%s)", (ids[:2],))
         conn.execute("UPDATE pgfleet.jobs SET state = 'running', attempt = 2,"
-                     " lease_holder = 'host-b:9:ff', lease_expires_at = now() + interval '1h'"
+                     " lease_holder = 'host-b:9:ff', lease_expires_at = now() - interval '1h'"
                      " WHERE id = %s", (ids[2],))
         conn.execute("UPDATE pgfleet.jobs SET attempt = 2 WHERE id = %s", (ids[1],))
-    maintenance(dsn).pass_once()
-    with psycopg.connect(dsn) as conn:
+        m = maintenance(dsn)
+        m.lease_watch.stale_after = 1.0
+        m.pass_once()
+        assert states(dsn) == {"running": 3}  # nothing watched for a lease yet
+
+        def renew_and_pass() -> bool:
+            # Host B's live worker renews (the beat alone: its expiry stays in the past).
+            conn.execute("UPDATE pgfleet.jobs SET beats = beats + 1 WHERE id = %s", (ids[2],))
+            m.pass_once()
+            return states(dsn).get("running") == 1
+
+        wait_for(renew_and_pass, timeout=30, interval=0.2)
         rows = dict(conn.execute("SELECT id, state::text FROM pgfleet.jobs").fetchall())
         error = conn.execute("SELECT last_error FROM pgfleet.jobs WHERE id = %s",
                              (ids[0],)).fetchone()

@@ -41,8 +41,11 @@ class Cluster:
     """One PostgreSQL server in a temp dir. `start()`, `restart(mode)`, `stop(mode)`,
     `destroy()`; databases are made from a migrated template like tests.support.pg."""
 
-    def __init__(self, root: Path | None = None, port: int | None = None) -> None:
+    def __init__(self, root: Path | None = None, port: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.root = Path(root or tempfile.mkdtemp(prefix="pgfleet-cluster-"))
+        # Extra environment of the server (a preloaded libfaketime, say).
+        self.env = dict(os.environ, **(env or {}))
         self.data = self.root / "data"
         self.sockets = self.root / "sock"
         self.logfile = self.root / "server.log"
@@ -59,7 +62,7 @@ class Cluster:
         if self.as_root:
             cmd = ["runuser", "-u", SERVER_USER, "--", *cmd]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              cwd=self.root)
+                              cwd=self.root, env=self.env)
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n"
                                f"{done.stdout}{done.stderr}\n{self.server_log()}")

@@ -110,6 +110,8 @@ class Fleet:
     def stop(self) -> None:
         if self.proc is None:
             return
+        # Each worker leads a process group of its own (what its jobs start).
+        groups = list(self.workers())
         if self.proc.poll() is None:
             self.signal(signal.SIGINT)
             try:
@@ -118,8 +120,9 @@ class Fleet:
                 os.killpg(self.pid, signal.SIGKILL)
                 self.proc.wait(10)
         # Nothing of ours may outlive the test.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
+        for group in [self.pid, *groups]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
         if self._log:
             self._log.close()
 

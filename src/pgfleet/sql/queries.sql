@@ -181,9 +181,11 @@ RETURNING j.id
 -- name: renew_leases :many
 -- Only the jobs the worker knows it runs: a claim committed just before a crash may never
 -- have reached the worker, and renewing that row too would hold it forever. Its lease
--- runs out and rescue_expired gives it back.
+-- is never renewed and rescue_stale gives it back.
+-- Each renewal advances the job's beat counter (0013): rescuers watch it, not the clock.
 -- cancel_requested: someone asked to cancel the job (the fallback when no NOTIFY came).
-UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s),
+                        beats = beats + 1
  WHERE lease_holder = %(worker)s AND state = 'running' AND id = ANY(%(ids)s::bigint[])
 RETURNING id, cancel_requested_at IS NOT NULL AS cancel_requested
 
@@ -218,15 +220,29 @@ UPDATE pgfleet.jobs j
  WHERE j.id = d.id AND j.lease_holder = %(worker)s AND j.state = 'running'
 RETURNING j.id, j.queue, j.task, j.state::text AS state
 
--- name: rescue_expired :many
--- R3b: leases that ran out belong to a host that vanished or froze. SKIP LOCKED lets the
+-- name: running_leases :many
+-- What a rescuer watches: who holds each running job, at which attempt, after how many
+-- renewals. pgfleet.lease_watch calls a lease stale only when this stayed the same for a
+-- whole lease of the watcher's own monotonic clock; no wall clock decides a rescue.
+SELECT id, lease_holder AS holder, attempt, beats FROM pgfleet.jobs
+ WHERE state = 'running' AND lease_holder IS NOT NULL
+ ORDER BY id
+
+-- name: rescue_stale :many
+-- R3b: the leases a watcher saw unrenewed for a whole lease belong to a host that vanished
+-- or froze. A row is taken only if it is still exactly as watched: a renewal since then
+-- (beats moved) or a new claim (attempt moved) keeps it running. SKIP LOCKED lets the
 -- maintenance process of every host run this at once.
-WITH c AS MATERIALIZED (
-    SELECT id FROM pgfleet.jobs
-     WHERE state = 'running' AND lease_expires_at < now()
-     ORDER BY lease_expires_at
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+WITH w AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(holders)s::text[], %(attempts)s::int[],
+                         %(beats)s::bigint[]) AS w(id, holder, attempt, beats)
+), c AS MATERIALIZED (
+    SELECT j.id FROM pgfleet.jobs j
+      JOIN w ON w.id = j.id AND w.holder = j.lease_holder AND w.attempt = j.attempt
+            AND w.beats = j.beats
+     WHERE j.state = 'running'
+     ORDER BY j.id
+       FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (

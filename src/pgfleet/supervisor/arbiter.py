@@ -35,7 +35,9 @@ from pgfleet.supervisor.children import (
     run_slot,
     worker_count,
 )
+from pgfleet.supervisor.draining import Draining
 from pgfleet.supervisor.exit_codes import EXIT_CRASHED, EXIT_OK, exit_reason, signal_name
+from pgfleet.supervisor.process_groups import become_subreaper
 from pgfleet.supervisor.rescue_pipe import RescuePipe
 from pgfleet.supervisor.restarts import Restarts
 
@@ -83,6 +85,7 @@ class Supervisor:
         self.board = BeaconBoard(BOARD_SLOTS)
         self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
         self.rescue = RescuePipe()
+        self.draining = Draining[tuple[Child, str]](lambda d: self._request_rescue(*d))
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
@@ -126,6 +129,7 @@ class Supervisor:
     def run(self) -> int:
         set_title(f"pgfleet supervisor -c {self.config_path}")
         self.install_signal_handlers()
+        become_subreaper()
         metrics.zero_supervisor_counters(list(self.config.queues))
         log.info("supervisor %s starting: %d queue(s), pid %d", self.supervisor_id,
                  len(self.config.queues), os.getpid())
@@ -144,6 +148,7 @@ class Supervisor:
         while True:
             self._handle_signals()
             self._reap()
+            self.draining.step()
             if self.stopping:
                 if self._stop_step():
                     break
@@ -167,6 +172,8 @@ class Supervisor:
             time.sleep(LOOP_TICK)
         for pid in list(self.children):
             _kill_quietly(pid, signal.SIGKILL)
+        self.draining.kill_all([c.pid for c in self.children.values()
+                                if c.slot.kind == "worker"])
 
     def _sleep(self) -> None:
         # A signal writes to wake_write (set_wakeup_fd), which ends the wait at once.
@@ -257,7 +264,8 @@ class Supervisor:
         was_ready = self.board.was_ready(child.board_index)
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
         if slot.kind == "worker":
-            self._request_rescue(child, reason)
+            # What its jobs started may still run: the jobs wait for the group to empty.
+            self.draining.add(child.pid, (child, reason))
         if not child.retiring and not self.stopping:
             self.restarts.record_exit(self.config, slot, restart_reason, was_ready)
 
@@ -349,6 +357,9 @@ class Supervisor:
                 _kill(pid, signal.SIGKILL)
         if any(c.slot.kind == "worker" for c in self.children.values()):
             return False
+        if self.draining and time.monotonic() <= self.stop_deadline + STOP_MARGIN:
+            return False  # maintenance must stay for their rescue
+        self.draining.give_up()
         for child in self.children.values():
             if not child.retiring:
                 self._retire(child, "stop")

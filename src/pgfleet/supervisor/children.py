@@ -84,7 +84,12 @@ def describe(slot: Slot, count: int) -> str:
 def run_slot(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
     """Build the child of `slot`, give it its signal handlers and run it."""
     from pgfleet.supervisor.exit_codes import EXIT_START_FAILED
+    from pgfleet.supervisor.process_groups import lead_own_group
 
+    if slot.kind == "worker":
+        # Before any task code: every process the worker's jobs start joins this group,
+        # which the supervisor kills when the worker dies.
+        lead_own_group()
     child = build(config, dsn, slot, me)
     if child is None:
         return EXIT_START_FAILED

@@ -19,6 +19,7 @@ from typing import Any
 
 from pgfleet import context, metrics, middleware, payload, store
 from pgfleet.errors import PayloadError
+from pgfleet.supervisor.process_groups import kill_thread_processes
 from pgfleet.tasks import PermanentError, Registry, Retry, Snooze, Task
 from pgfleet.worker.job_log import UnknownTasks, interrupted
 
@@ -212,14 +213,18 @@ class Executor:
             outcome.result = _result_json(self._call(running, current))
         except Cancelled:
             outcome.cancelled = True
+            _end_processes(job.id)
         except JobTimeout:
             outcome.error = f"timed out after {running.timeout:.1f}s"
             outcome.timed_out = True
+            _end_processes(job.id)
         except LeaseLost:
             outcome.error = "stopped: the job was taken over, cancelled or deleted"
+            _end_processes(job.id)
         except WorkerStopping:
             outcome.error = "stopped: the worker is stopping"
             outcome.stopped = True
+            _end_processes(job.id)
         except PermanentError as exc:
             outcome.error = describe_exception(exc)
             outcome.final = True
@@ -423,6 +428,21 @@ class EventLoops:
             loop.close()
         except Exception:  # a damaged loop: drop it unclosed rather than fail the thread
             log.debug("could not close a discarded event loop", exc_info=True)
+
+
+def _end_processes(job_id: int) -> None:
+    """A job stopped from outside (timeout, takeover, stop): the processes its thread
+    started die with it, before its outcome can release the job."""
+    killed: list[int] = []
+    for _ in range(3):  # a second interrupt (a stop after a timeout) may land meanwhile
+        try:
+            killed += kill_thread_processes(threading.get_native_id())
+            break
+        except (JobTimeout, LeaseLost, WorkerStopping, Cancelled):
+            continue
+    if killed:
+        log.warning("job %d stopped: killed %d process(es) it started: %s", job_id,
+                    len(killed), killed)
 
 
 async def _with_timeout(coro: Any, seconds: float) -> Any:

@@ -4,8 +4,6 @@ a worker that could not renew for most of a lease must stop running its jobs."""
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +12,7 @@ from typing import Any
 import psycopg
 
 from pgfleet import store
+from pgfleet.child import exit_now
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST
 from pgfleet.worker.executor import Executor, LeaseLost
 
@@ -81,8 +80,7 @@ def start_watchdog(leases: Leases, busy: Callable[[], int]) -> threading.Event:
             now = time.monotonic()
             if busy() > 0 and now - leases.renewed > leases.lease * WATCHDOG_SAFETY:
                 leases.report_expiring(now, busy())
-                sys.stderr.flush()
-                os._exit(EXIT_LEASE_LOST)
+                exit_now(EXIT_LEASE_LOST)
 
     threading.Thread(target=watch, name="pgfleet-lease-watchdog", daemon=True).start()
     return done

@@ -33,6 +33,7 @@ from pgfleet.defaults import publish as publish_defaults
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
+from pgfleet.supervisor.process_groups import kill_job_processes
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.control import TaskControl
 from pgfleet.worker.events import WorkerEvents
@@ -151,6 +152,10 @@ class Worker(ChildProcess):
             metrics.workers.labels(self.s.queue).dec()
             self._shutdown()
             watchdog.set()
+            if threading.current_thread() is threading.main_thread():
+                # A stuck job's processes must not outlive this process, which may end
+                # by sys.exit (`pgfleet worker`) rather than pgfleet.child.exit_now.
+                kill_job_processes()
         return self.exit_code
 
     def _loop(self) -> None:
