@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import metrics, store
+from pgfleet import flow, metrics, store
 from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.config import Config, QueueConfig
 from pgfleet.db import connect, scrub
@@ -87,7 +87,18 @@ class Maintenance(ChildProcess):
         if self.conn is None or self.conn.closed:
             with self.beating():
                 self.conn = connect(self.dsn, autocommit=True)
+            self._publish_limits(self.conn)
         return self.conn
+
+    def _publish_limits(self, conn: psycopg.Connection[Any]) -> None:
+        """Write this config's flow control of its queues to the database: at start, on
+        every reconnect, and after a HUP (which starts a new maintenance process). The
+        master holds no connection, so its maintenance child does this for it."""
+        limits = {name: queue.flow_limits() for name, queue in self.config.queues.items()}
+        store.publish_limits(conn, published_by=self.supervisor_id, limits=limits)
+        for name, found in sorted(limits.items()):
+            if found is not None:
+                log.info("queue %r flow control published: %s", name, flow.describe(found))
 
     def pass_once(self) -> None:
         """One maintenance pass: rescue, heartbeat, rescue expired leases, prune, measure."""

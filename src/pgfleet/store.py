@@ -17,6 +17,7 @@ from psycopg.rows import class_row
 
 from pgfleet import payload
 from pgfleet.errors import PayloadError, PgfleetError
+from pgfleet.flow import FlowLimits
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
 from pgfleet.rows import (
     ClaimedJob as ClaimedJob,
@@ -29,6 +30,9 @@ from pgfleet.rows import (
 )
 from pgfleet.rows import (
     FireTime as FireTime,
+)
+from pgfleet.rows import (
+    FlowUsage as FlowUsage,
 )
 from pgfleet.rows import (
     HeartbeatAge as HeartbeatAge,
@@ -258,6 +262,32 @@ def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
     return _many(conn, "claim",
                  {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
                   "args_limit": args_limit}, ClaimedJob)
+
+
+def claim_limited(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
+                  limits: FlowLimits, args_limit: int = payload.MAX_ARGS_BYTES
+                  ) -> list[ClaimedJob]:
+    """The claim of a queue with flow control; `limits` (the worker's config) apply only
+    until a supervisor has published the queue's."""
+    return _many(conn, "claim_limited",
+                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
+                  "args_limit": args_limit, **limits.params()}, ClaimedJob)
+
+
+def publish_limits(conn: Conn, *, published_by: str,
+                   limits: Mapping[str, FlowLimits | None]) -> None:
+    """Write each queue's flow control (None: none) to pgfleet.queue_limits."""
+    names = sorted(limits)
+    params = [found.params() if (found := limits[name]) else {} for name in names]
+    _exec(conn, "publish_limits", {
+        "published_by": published_by, "queues": names,
+        **{key: [p.get(key) for p in params]
+           for key in ("global_concurrency", "rate_limit", "rate_period", "key_concurrency")},
+    })
+
+
+def flow_usage(conn: Conn) -> list[FlowUsage]:
+    return _many(conn, "flow_usage", None, FlowUsage)
 
 
 def complete_succeeded(

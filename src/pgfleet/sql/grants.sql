@@ -17,11 +17,14 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.processes TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.schedule_runs TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.task_defaults TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_defaults TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_limits TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_starts TO {runtime};
 GRANT SELECT ON pgfleet.migrations TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_jobs(text[], text[], text[], integer[], timestamptz[], float8[], integer[], text[], text[], text[]) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.jobs_holding_keys(text[], text[]) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.claim_limited(text, text, integer, float8, integer, integer, integer, float8, integer) TO {runtime};
 
 -- role: runtime-pooler
 -- Only with PGFLEET_DATABASE_POOLER=transaction: PgBouncer refuses the startup option that

@@ -5,6 +5,7 @@ commit. A job's slot is freed only once its outcome is committed."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,14 +42,19 @@ class Flushed:
     claim_limit: int
 
 
+# Claims up to a number of jobs on a connection: the plain claim or the limited one.
+ClaimJobs = Callable[[psycopg.Connection[Any], int], list[store.ClaimedJob]]
+
+
 class Completer:
     def __init__(self, *, queue: str, worker_id: str, backoff: Backoff,
-                 executor: Executor, metric: MetricCache) -> None:
+                 executor: Executor, metric: MetricCache, claim: ClaimJobs) -> None:
         self.queue = queue
         self.worker_id = worker_id
         self.backoff = backoff
         self.executor = executor
         self.metric = metric
+        self.claim = claim
         self.pending: list[Outcome] = []  # outcomes not yet committed
         self.jobs_done = 0
 
@@ -73,9 +79,7 @@ class Completer:
             with conn.transaction():
                 held = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
                 states = store.complete_failed(conn, worker=self.worker_id, failures=failures)
-                claimed = store.claim(conn, queue=self.queue, limit=claim_limit,
-                                      worker=self.worker_id, lease=lease,
-                                      args_limit=self.executor.args_limit)
+                claimed = self.claim(conn, claim_limit)
         else:
             held = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
             states = store.complete_failed(conn, worker=self.worker_id, failures=failures)

@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import metrics, store
+from pgfleet import flow, metrics, store
 from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
@@ -78,7 +78,7 @@ class Worker(ChildProcess):
                                  args_limit=settings.args_limit, wake=self.wakeup.poke)
         self.completer = Completer(queue=settings.queue, worker_id=settings.worker_id,
                                    backoff=settings.backoff, executor=self.executor,
-                                   metric=self.metric)
+                                   metric=self.metric, claim=self._claim_jobs)
         self.leases = Leases(worker_id=settings.worker_id, lease=settings.lease,
                              heartbeat_interval=settings.heartbeat_interval)
         self.conn: psycopg.Connection[Any] | None = None
@@ -119,8 +119,9 @@ class Worker(ChildProcess):
             self.listener.start()
         metrics.workers.labels(self.s.queue).inc()
         metrics.zero_worker_counters(self.s.queue, self.s.registry.names())
-        log.info("worker %s started on queue %r (threads=%d, notify=%s)",
-                 self.s.worker_id, self.s.queue, self.s.threads, self.s.notify)
+        log.info("worker %s started on queue %r (threads=%d, notify=%s%s)",
+                 self.s.worker_id, self.s.queue, self.s.threads, self.s.notify,
+                 f", flow control: {flow.describe(self.s.flow)}" if self.s.flow else "")
         self.events.started.set()
         try:
             self._loop()
@@ -249,16 +250,24 @@ class Worker(ChildProcess):
                 or (self.notified and now >= self.next_notified_claim))
 
     def _free_slots(self) -> int:
-        return self.s.threads + self.s.prefetch - len(self.running)
+        # Under flow control a prefetched job would hold a slot of the limit idle.
+        prefetch = 0 if self.s.flow else self.s.prefetch
+        return self.s.threads + prefetch - len(self.running)
 
     def _claim(self) -> None:
         assert self.conn is not None
         limit = self._free_slots()
         self.notified = False  # before the claim: one arriving during it asks for another
-        jobs = store.claim(self.conn, queue=self.s.queue, limit=limit,
-                           worker=self.s.worker_id, lease=self.s.lease,
-                           args_limit=self.s.args_limit)
-        self._hand_out(jobs, limit)
+        self._hand_out(self._claim_jobs(self.conn, limit), limit)
+
+    def _claim_jobs(self, conn: psycopg.Connection[Any], limit: int) -> list[store.ClaimedJob]:
+        """The plain claim, or the limited one for a queue with flow control."""
+        if self.s.flow is None:
+            return store.claim(conn, queue=self.s.queue, limit=limit, worker=self.s.worker_id,
+                               lease=self.s.lease, args_limit=self.s.args_limit)
+        return store.claim_limited(conn, queue=self.s.queue, limit=limit,
+                                   worker=self.s.worker_id, lease=self.s.lease,
+                                   limits=self.s.flow, args_limit=self.s.args_limit)
 
     def _flush(self) -> None:
         """Commit the collected outcomes. The claim joins their transaction when the loop
