@@ -5,7 +5,6 @@ commit. A job's slot is freed only once its outcome is committed."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +12,7 @@ import psycopg
 
 from pgfleet import metrics, store
 from pgfleet.backoff import Backoff
+from pgfleet.worker.claims import ClaimJobs
 from pgfleet.worker.executor import Executor, Outcome
 from pgfleet.worker.job_log import attempt_failed, lease_lost
 
@@ -40,10 +40,6 @@ class Flushed:
     committed: int
     claimed: list[store.ClaimedJob] | None
     claim_limit: int
-
-
-# Claims up to a number of jobs on a connection: the plain claim or the limited one.
-ClaimJobs = Callable[[psycopg.Connection[Any], int], list[store.ClaimedJob]]
 
 
 class Completer:

@@ -31,6 +31,7 @@ from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
+from pgfleet.worker.claims import claimer
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.events import WorkerEvents
 from pgfleet.worker.executor import Executor, Running, WorkerStopping
@@ -76,9 +77,10 @@ class Worker(ChildProcess):
         self.metric = MetricCache()
         self.executor = Executor(queue=settings.queue, worker_id=settings.worker_id,
                                  args_limit=settings.args_limit, wake=self.wakeup.poke)
+        self.claim_jobs = claimer(settings)
         self.completer = Completer(queue=settings.queue, worker_id=settings.worker_id,
                                    backoff=settings.backoff, executor=self.executor,
-                                   metric=self.metric, claim=self._claim_jobs)
+                                   metric=self.metric, claim=self.claim_jobs)
         self.leases = Leases(worker_id=settings.worker_id, lease=settings.lease,
                              heartbeat_interval=settings.heartbeat_interval)
         self.conn: psycopg.Connection[Any] | None = None
@@ -258,16 +260,7 @@ class Worker(ChildProcess):
         assert self.conn is not None
         limit = self._free_slots()
         self.notified = False  # before the claim: one arriving during it asks for another
-        self._hand_out(self._claim_jobs(self.conn, limit), limit)
-
-    def _claim_jobs(self, conn: psycopg.Connection[Any], limit: int) -> list[store.ClaimedJob]:
-        """The plain claim, or the limited one for a queue with flow control."""
-        if self.s.flow is None:
-            return store.claim(conn, queue=self.s.queue, limit=limit, worker=self.s.worker_id,
-                               lease=self.s.lease, args_limit=self.s.args_limit)
-        return store.claim_limited(conn, queue=self.s.queue, limit=limit,
-                                   worker=self.s.worker_id, lease=self.s.lease,
-                                   limits=self.s.flow, args_limit=self.s.args_limit)
+        self._hand_out(self.claim_jobs(self.conn, limit), limit)
 
     def _flush(self) -> None:
         """Commit the collected outcomes. The claim joins their transaction when the loop
@@ -279,9 +272,11 @@ class Worker(ChildProcess):
             return
         limit = self._free_slots() + pending  # every outcome of the batch frees a slot
         done = self.completer.jobs_done
+        # Under flow control each outcome frees a slot of the limit this worker held: it is
+        # claimed again at once, not at the next poll, or a full queue would idle.
         claim = (
             limit > 0 and self.stop_mode is None and not self.recycle_reason
-            and self._claim_wanted(time.monotonic())
+            and (self.s.flow is not None or self._claim_wanted(time.monotonic()))
             and not self.completer.any_timed_out()
             and (self.job_limit is None or done + pending < self.job_limit)
         )
