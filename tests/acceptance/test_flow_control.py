@@ -4,6 +4,7 @@ limits hold between them. Every job of these tests records its own start and end
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,7 +13,7 @@ import psycopg
 
 import pgfleet
 from pgfleet.cli.status import gather
-from tests.support.fleet import Fleet
+from tests.support.fleet import Fleet, config_text
 from tests.support.workers import scalar, wait_for
 
 Interval = tuple[datetime, datetime]
@@ -135,3 +136,24 @@ def test_status_shows_the_published_limits_and_their_use(
     assert (limits["rate_limit"], limits["starts_in_window"]) == ("100/m", 1)
     assert limits["key_concurrency"] == 1
     assert limits["held"] == {"global_concurrency": 2, "rate_limit": 0, "key_concurrency": 0}
+
+
+def published(dsn: str) -> tuple[Any, ...] | None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT global_concurrency, rate_limit, rate_period, key_concurrency"
+                           " FROM pgfleet.queue_limits WHERE queue = 'limited'").fetchone()
+    return None if row is None else tuple(row)
+
+
+def test_a_reload_publishes_the_new_limits(dsn: str, fleet: Callable[..., Fleet]) -> None:
+    f = fleet({"limited": {"processes": 1, "global_concurrency": 1}})
+    f.wait_workers(1, "limited")
+    wait_for(lambda: published(dsn) == (1, None, None, 1))
+    f.config.write_text(config_text({"limited": {"processes": 1, "rate_limit": "10/m",
+                                                 "key_concurrency": 3}}))
+    f.signal(signal.SIGHUP)
+    wait_for(lambda: published(dsn) == (None, 10, 60.0, 3))
+    # Dropping every limit lifts them: the queue is written without flow control.
+    f.config.write_text(config_text({"limited": {"processes": 1}}))
+    f.signal(signal.SIGHUP)
+    wait_for(lambda: published(dsn) == (None, None, None, None))

@@ -63,6 +63,52 @@ def test_a_rescued_job_frees_its_slot(conn: Any, dsn: str) -> None:
     assert len(claim(conn, "w2", limits)) == 1
 
 
+def test_an_expired_lease_and_a_give_back_free_their_slots(conn: Any, dsn: str) -> None:
+    enqueue(dsn, 3)
+    limits = FlowLimits(global_concurrency=1)
+    [lost] = claim(conn, "vanished-host", limits)
+    conn.execute("UPDATE pgfleet.jobs SET lease_expires_at = now() - interval '1 second'"
+                 " WHERE id = %s", (lost,))
+    assert claim(conn, "w2", limits) == []
+    assert [row[0] for row in store.rescue_expired(conn, limit=10)] == [lost]
+    [given] = claim(conn, "w2", limits)
+    assert claim(conn, "w3", limits) == []
+    assert store.give_back(conn, worker="w2") == [given]
+    assert len(claim(conn, "w3", limits)) == 1
+
+
+def test_a_solo_job_runs_alone_in_its_worker(conn: Any, dsn: str) -> None:
+    first, solo, last = enqueue(dsn, 3)
+    conn.execute("UPDATE pgfleet.jobs SET solo = true WHERE id = %s", (solo,))
+    limits = FlowLimits(global_concurrency=5)
+    assert claim(conn, "w1", limits, limit=1) == [first]
+    assert claim(conn, "w1", limits) == []  # holding a job: the solo one stops the claim
+    finish(conn, "w1", [first])
+    assert claim(conn, "w1", limits) == [solo]
+    assert claim(conn, "w1", limits) == []  # holding a solo job: nothing more
+    assert claim(conn, "w2", limits) == [last]
+
+
+def test_the_exporter_reads_the_flow_gauges(conn: Any, dsn: str) -> None:
+    from pgfleet.database_metrics import read_families
+
+    enqueue(dsn, 3)
+    store.publish_limits(conn, published_by="s",
+                         limits={Q: FlowLimits(global_concurrency=1), "plain": None})
+    claim(conn, "w1", FlowLimits())
+    samples = {(m.name, s.labels["queue"], s.labels["limit"]): s.value
+               for m in read_families(conn, [Q, "plain"]) if m.name.startswith("pgfleet_flow")
+               for s in m.samples}
+    assert samples == {
+        ("pgfleet_flow_limit", Q, "global_concurrency"): 1,
+        ("pgfleet_flow_in_use", Q, "global_concurrency"): 1,
+        ("pgfleet_flow_held_jobs", Q, "global_concurrency"): 2,
+        ("pgfleet_flow_limit", Q, "key_concurrency"): 1,
+        ("pgfleet_flow_in_use", Q, "key_concurrency"): 0,
+        ("pgfleet_flow_held_jobs", Q, "key_concurrency"): 0,
+    }
+
+
 def test_racing_claims_never_exceed_the_global_limit(dsn: str) -> None:
     """Twelve connections claim at once, round after round, finishing part of what they
     hold between rounds: the running count never passes the limit."""
