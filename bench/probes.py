@@ -6,6 +6,7 @@
     python -m bench.probes idle-arrival [--idle 15]  # arrival after the workers idled
     python -m bench.probes complete-plans    # complete_succeeded's generic plan, 2 variants
     python -m bench.probes flow [--jobs 10000]  # drain rate under each flow-control limit
+    python -m bench.probes flow-backlog      # limited claim behind a blocked key's backlog
     python -m bench.probes ab-drain --baseline-src /path/to/old/src [--mode backlog]
                                      [--claim 100 --threads 8 --jobs 100000]
 
@@ -32,6 +33,7 @@ from bench import scenarios as sc
 from bench.common import Database, supervisor, write_config
 from bench.systems import MODES, Setup, drain
 from pgfleet import client, store
+from pgfleet.flow import FlowLimits
 
 N_BULK = 50_000
 
@@ -248,14 +250,14 @@ def complete_plans(db: Database, runs: int) -> None:
 # Queue settings of the flow probe: 2 processes x 16 threads, no prefetch (flow control
 # forbids it, so the plain claim is measured without it too), then each limit alone.
 FLOW_VARIANTS: dict[str, dict[str, Any]] = {
-    "plain claim, prefetch 16": {"prefetch": 16},
-    "plain claim": {},
-    "global_concurrency 1000 (never reached)": {"global_concurrency": 1000},
-    "global_concurrency 8": {"global_concurrency": 8},
-    "rate_limit 1000000/s (never reached)": {"rate_limit": "1000000/s"},
-    "rate_limit 2000/s": {"rate_limit": "2000/s"},
-    "key_concurrency 1, jobs without keys": {"key_concurrency": 1},
-    "key_concurrency 1, 1000 keys": {"key_concurrency": 1, "keys": 1000},
+    "plain, prefetch 16": {"prefetch": 16},
+    "plain": {},
+    "global 1000, unreached": {"global_concurrency": 1000},
+    "global 8": {"global_concurrency": 8},
+    "rate 1000000/s, unreached": {"rate_limit": "1000000/s"},
+    "rate 2000/s": {"rate_limit": "2000/s"},
+    "key 1, no keys": {"key_concurrency": 1},
+    "key 1, 1000 keys": {"key_concurrency": 1, "keys": 1000},
 }
 
 
@@ -296,10 +298,41 @@ def flow(db: Database, runs: int, jobs: int) -> None:
     _report(out, "")
 
 
+def flow_backlog(db: Database, runs: int) -> None:
+    """The limited claim of 4 jobs of free keys queued behind N jobs of one key that is at
+    its limit (key_concurrency 1): best-of-`runs` time of the claim, rolled back."""
+    for backlog in (1_000, 10_000, 50_000):
+        db.reset()
+        with db.connect() as conn:
+            conn.execute("TRUNCATE pgfleet.queue_limits, pgfleet.queue_starts")
+            conn.execute("INSERT INTO pgfleet.jobs (queue, task, concurrency_key)"
+                         " SELECT 'default', 'bench.noop', 'busy' FROM generate_series(1, %s)",
+                         (backlog,))
+            conn.execute("INSERT INTO pgfleet.jobs (queue, task, concurrency_key)"
+                         " SELECT 'default', 'bench.noop', 'free-' || i"
+                         "   FROM generate_series(1, 20) AS i")
+        db.vacuum()
+        limits = FlowLimits()
+        with db.connect() as conn:
+            store.claim_limited(conn, queue="default", limit=1, worker="holder", lease=60,
+                                limits=limits)  # the busy key's first job: now at its limit
+            best = float("inf")
+            for _ in range(runs):
+                with conn.transaction():
+                    start = time.perf_counter()
+                    got = store.claim_limited(conn, queue="default", limit=4, worker="probe",
+                                              lease=60, limits=limits)
+                    best = min(best, time.perf_counter() - start)
+                    assert len(got) == 4
+                    raise psycopg.Rollback()
+        print(f"{backlog:>6,} jobs of a key at its limit ahead: claim of 4 others"
+              f" {best * 1000:8.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("probe", choices=("bulk", "single", "loop", "ab-drain", "idle-arrival",
-                                          "complete-plans", "flow"))
+                                          "complete-plans", "flow", "flow-backlog"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-src", help="for ab-drain: the old code's src directory")
     parser.add_argument("--mode", choices=MODES, default="arrival", help="for ab-drain")
@@ -325,6 +358,8 @@ def main() -> None:
             loop(db, args.runs)
         elif args.probe == "complete-plans":
             complete_plans(db, args.runs)
+        elif args.probe == "flow-backlog":
+            flow_backlog(db, args.runs)
         elif args.probe == "flow":
             flow(db, args.runs, args.jobs or 10_000)
         elif args.probe == "idle-arrival":

@@ -179,6 +179,36 @@ def test_racing_claims_never_start_more_than_the_rate_in_any_window(dsn: str) ->
     assert max_in_window(starts, timedelta(seconds=0.5)) == 4
 
 
+def test_a_retry_is_a_start_of_the_rate(conn: Any, dsn: str) -> None:
+    [job] = enqueue(dsn, 1)
+    limits = FlowLimits(rate=Rate(2, 60.0))
+    assert claim(conn, "w1", limits) == [job]
+    store.complete_failed(conn, worker="w1", failures=[
+        store.Failure(id=job, attempt=1, error="boom", delay=0.0, final=False)])
+    assert claim(conn, "w1", limits) == [job]  # the retry: the second start of the window
+    enqueue(dsn, 1)
+    assert claim(conn, "w1", limits) == []
+
+
+def test_a_worker_of_a_limited_queue_claims_no_more_than_its_threads(dsn: str) -> None:
+    from tests.support.workers import worker_thread
+
+    ids = pgfleet.enqueue_many(dsn, [{"task": "sleep", "queue": Q, "args": {"seconds": 0.2}}]
+                               * 5)
+    most = 0
+
+    def drained() -> bool:
+        nonlocal most
+        most = max(most, running(dsn))
+        return bool(scalar(dsn, "SELECT count(*) = 5 FROM pgfleet.jobs"
+                                " WHERE id = ANY(%s) AND state = 'succeeded'", (ids,)))
+
+    # Prefetch set past the config's check: the worker still claims only free threads.
+    with worker_thread(dsn, Q, threads=1, prefetch=4, flow=FlowLimits(global_concurrency=9)):
+        wait_for(drained, interval=0.01)
+    assert most == 1
+
+
 def test_keys_run_one_at_a_time_first_in_first_out_without_blocking_others(
     conn: Any, dsn: str
 ) -> None:

@@ -73,6 +73,9 @@ DECLARE
     holds_solo boolean;
     started timestamptz;
     k_limit integer;
+    running_keys text[];
+    key_running  integer[];
+    full_keys    text[];
 BEGIN
     SELECT * INTO lim FROM pgfleet.queue_limits l WHERE l.queue = q FOR UPDATE;
     IF NOT FOUND THEN
@@ -113,21 +116,30 @@ BEGIN
     IF n <= 0 THEN
         RETURN;
     END IF;
+    -- The running jobs of each key, counted once: the jobs of a key at its limit are then
+    -- passed over at the cost of an array test, however many of them wait ahead.
+    SELECT coalesce(array_agg(r.k), '{}'), coalesce(array_agg(r.n), '{}'),
+           coalesce(array_agg(r.k) FILTER (WHERE r.n >= k_limit), '{}')
+      INTO running_keys, key_running, full_keys
+      FROM (SELECT j.concurrency_key AS k, count(*)::integer AS n FROM pgfleet.jobs j
+             WHERE j.queue = q AND j.state = 'running'::pgfleet.job_state
+               AND j.concurrency_key IS NOT NULL
+             GROUP BY 1) r;
     RETURN QUERY
     WITH c AS MATERIALIZED (
         SELECT j.id, j.solo, j.priority, j.run_at FROM pgfleet.jobs j
          WHERE j.queue = q AND j.state = 'queued'::pgfleet.job_state AND j.run_at <= now()
            AND (j.concurrency_key IS NULL
-                OR (SELECT count(*) FROM pgfleet.jobs r
-                     WHERE r.queue = q AND r.concurrency_key = j.concurrency_key
-                       AND r.state = 'running'::pgfleet.job_state)
+                OR (NOT j.concurrency_key = ANY(full_keys)
+                    AND coalesce(key_running[array_position(running_keys, j.concurrency_key)],
+                                 0)
                  + (SELECT count(*) FROM (
                         SELECT 1 FROM pgfleet.jobs e
                          WHERE e.queue = q AND e.concurrency_key = j.concurrency_key
                            AND e.state = 'queued'::pgfleet.job_state AND e.run_at <= now()
                            AND (e.priority, e.run_at, e.id) < (j.priority, j.run_at, j.id)
                          LIMIT k_limit) ahead)
-                 < k_limit)
+                 < k_limit))
          ORDER BY j.priority, j.run_at, j.id
          LIMIT n
            FOR UPDATE OF j SKIP LOCKED
