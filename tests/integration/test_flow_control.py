@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgfleet
 from pgfleet import store
@@ -256,6 +257,15 @@ def test_published_limits_win_over_the_workers_own(conn: Any, dsn: str) -> None:
     # A reload that drops the limits lifts them.
     store.publish_limits(conn, published_by="supervisor-a", limits={Q: None})
     assert len(claim(conn, "w1", FlowLimits(global_concurrency=4))) == 4
+
+
+def test_the_limited_claim_refuses_a_stronger_isolation_level(conn: Any, dsn: str) -> None:
+    enqueue(dsn, 1)
+    conn.execute("SET default_transaction_isolation = 'repeatable read'")
+    with pytest.raises(psycopg.errors.InvalidTransactionState, match="READ COMMITTED"):
+        claim(conn, "w1", FlowLimits(global_concurrency=1))
+    conn.execute("SET default_transaction_isolation = 'read committed'")
+    assert len(claim(conn, "w1", FlowLimits(global_concurrency=1))) == 1
 
 
 def test_a_paused_queue_yields_nothing(conn: Any, dsn: str) -> None:

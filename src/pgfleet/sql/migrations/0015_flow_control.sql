@@ -77,6 +77,12 @@ DECLARE
     key_running  integer[];
     full_keys    text[];
 BEGIN
+    -- The counts below rely on a fresh snapshot per statement; under a stronger isolation
+    -- level they would miss the claims committed while this one waited for the lock.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pgfleet.claim_limited needs READ COMMITTED, not %',
+            current_setting('transaction_isolation') USING ERRCODE = '25000';
+    END IF;
     SELECT * INTO lim FROM pgfleet.queue_limits l WHERE l.queue = q FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO pgfleet.queue_limits AS l (queue, global_concurrency, rate_limit,
