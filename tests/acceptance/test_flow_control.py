@@ -5,6 +5,8 @@ limits hold between them. Every job of these tests records its own start and end
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -147,6 +149,11 @@ def test_status_shows_the_published_limits_and_their_use(
     assert (limits["rate_limit"], limits["starts_in_window"]) == ("100/m", 1)
     assert limits["key_concurrency"] == 1
     assert limits["held"] == {"global_concurrency": 2, "rate_limit": 0, "key_concurrency": 0}
+    shown = subprocess.run([sys.executable, "-m", "pgfleet", "status"], capture_output=True,
+                           text=True, timeout=60, check=True).stdout.splitlines()
+    table = shown[shown.index(next(line for line in shown if line.startswith("LIMITS"))):]
+    assert table[1].split() == ["limited", "1/1", "running", "1", "of", "100/m", "1", "(0",
+                                "keys", "full)", "2/0/0"]
 
 
 def published(dsn: str) -> tuple[Any, ...] | None:
