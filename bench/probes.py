@@ -5,6 +5,8 @@
     python -m bench.probes loop      # claim + complete protocol: autocommit vs one transaction
     python -m bench.probes idle-arrival [--idle 15]  # arrival after the workers idled
     python -m bench.probes complete-plans    # complete_succeeded's generic plan, 2 variants
+    python -m bench.probes flow [--jobs 10000]  # drain rate under each flow-control limit
+    python -m bench.probes flow-backlog      # limited claim behind a blocked key's backlog
     python -m bench.probes ab-drain --baseline-src /path/to/old/src [--mode backlog]
                                      [--claim 100 --threads 8 --jobs 100000]
 
@@ -27,9 +29,10 @@ import psycopg
 
 import pgfleet
 from bench import common, scenarios as sc
-from bench.common import Database
+from bench.common import Database, supervisor, write_config
 from bench.systems import MODES, Setup, drain
 from pgfleet import client, store
+from pgfleet.flow import FlowLimits
 
 N_BULK = 50_000
 
@@ -244,17 +247,100 @@ def complete_plans(db: Database, runs: int) -> None:
                       f" statement {total:7.3f} ms")
 
 
+# Queue settings of the flow probe: 2 processes x 16 threads, no prefetch (flow control
+# forbids it, so the plain claim is measured without it too), then each limit alone.
+FLOW_VARIANTS: dict[str, dict[str, Any]] = {
+    "plain, prefetch 16": {"prefetch": 16},
+    "plain": {},
+    "global 1000, unreached": {"global_concurrency": 1000},
+    "global 8": {"global_concurrency": 8},
+    "rate 1000000/s, unreached": {"rate_limit": "1000000/s"},
+    "rate 2000/s": {"rate_limit": "2000/s"},
+    "key 1, no keys": {"key_concurrency": 1},
+    "key 1, 1000 keys": {"key_concurrency": 1, "keys": 1000},
+}
+
+
+def _flow_drain(db: Database, jobs: int, queue: dict[str, Any]) -> float:
+    """Workers up and idle, `jobs` no-op jobs land in one transaction (with `keys`
+    concurrency keys, dealt round robin); jobs/s from that commit to the last finish."""
+    settings = dict(queue)
+    keys = int(settings.pop("keys", 0))
+    db.reset()
+    with db.connect() as conn:
+        conn.execute("TRUNCATE pgfleet.queue_limits, pgfleet.queue_starts")
+    config = write_config("flow", {"processes": 2, "threads": 16, "prefetch": 0, **settings})
+    with supervisor(db, config, 2):
+        time.sleep(0.3)  # let the listeners LISTEN and the first polls pass
+        with db.connect() as conn:
+            conn.execute(
+                "INSERT INTO pgfleet.jobs (queue, task, concurrency_key)"
+                " SELECT 'default', 'bench.noop',"
+                "        CASE WHEN %(keys)s > 0 THEN 'k' || (i %% %(keys)s) END"
+                "   FROM generate_series(1, %(jobs)s) AS i", {"keys": keys, "jobs": jobs})
+            t0 = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+        db.wait_for(sc.UNFINISHED, 0, timeout=600, interval=0.05)
+        t_end = db.scalar("SELECT max(finished_at) FROM pgfleet.jobs")
+    return float(jobs / (t_end - t0).total_seconds())
+
+
+def flow(db: Database, runs: int, jobs: int) -> None:
+    """The drain rate under each limit of docs/flow-control.md, rounds alternating the
+    order of the variants so each sees the same machine noise."""
+    out: dict[str, list[float]] = {f"{name} (jobs/s)": [] for name in FLOW_VARIANTS}
+    for index in range(runs):
+        names = list(FLOW_VARIANTS) if index % 2 == 0 else list(reversed(FLOW_VARIANTS))
+        for name in names:
+            rate = _flow_drain(db, jobs, FLOW_VARIANTS[name])
+            out[f"{name} (jobs/s)"].append(rate)
+            common.log(f"round {index + 1}: {name}: {rate:,.0f} jobs/s")
+    print(f"2 processes x 16 threads, {jobs:,} no-op jobs, arrival")
+    _report(out, "")
+
+
+def flow_backlog(db: Database, runs: int) -> None:
+    """The limited claim of 4 jobs of free keys queued behind N jobs of one key that is at
+    its limit (key_concurrency 1): best-of-`runs` time of the claim, rolled back."""
+    for backlog in (1_000, 10_000, 50_000):
+        db.reset()
+        with db.connect() as conn:
+            conn.execute("TRUNCATE pgfleet.queue_limits, pgfleet.queue_starts")
+            conn.execute("INSERT INTO pgfleet.jobs (queue, task, concurrency_key)"
+                         " SELECT 'default', 'bench.noop', 'busy' FROM generate_series(1, %s)",
+                         (backlog,))
+            conn.execute("INSERT INTO pgfleet.jobs (queue, task, concurrency_key)"
+                         " SELECT 'default', 'bench.noop', 'free-' || i"
+                         "   FROM generate_series(1, 20) AS i")
+        db.vacuum()
+        limits = FlowLimits()
+        with db.connect() as conn:
+            store.claim_limited(conn, queue="default", limit=1, worker="holder", lease=60,
+                                limits=limits)  # the busy key's first job: now at its limit
+            best = float("inf")
+            for _ in range(runs):
+                with conn.transaction():
+                    start = time.perf_counter()
+                    got = store.claim_limited(conn, queue="default", limit=4, worker="probe",
+                                              lease=60, limits=limits)
+                    best = min(best, time.perf_counter() - start)
+                    assert len(got) == 4
+                    raise psycopg.Rollback()
+        print(f"{backlog:>6,} jobs of a key at its limit ahead: claim of 4 others"
+              f" {best * 1000:8.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("probe", choices=("bulk", "single", "loop", "ab-drain", "idle-arrival",
-                                          "complete-plans"))
+                                          "complete-plans", "flow", "flow-backlog"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-src", help="for ab-drain: the old code's src directory")
     parser.add_argument("--mode", choices=MODES, default="arrival", help="for ab-drain")
     parser.add_argument("--claim", type=int, default=100,
                         help="for ab-drain: threads + prefetch (the largest claim)")
     parser.add_argument("--threads", type=int, default=8, help="for ab-drain")
-    parser.add_argument("--jobs", type=int, default=50_000, help="for ab-drain, idle-arrival")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="for ab-drain, idle-arrival (50,000) and flow (10,000)")
     parser.add_argument("--idle", type=float, default=15.0, help="for idle-arrival (seconds)")
     args = parser.parse_args()
     if args.probe == "ab-drain" and not args.baseline_src:
@@ -272,11 +358,15 @@ def main() -> None:
             loop(db, args.runs)
         elif args.probe == "complete-plans":
             complete_plans(db, args.runs)
+        elif args.probe == "flow-backlog":
+            flow_backlog(db, args.runs)
+        elif args.probe == "flow":
+            flow(db, args.runs, args.jobs or 10_000)
         elif args.probe == "idle-arrival":
-            idle_arrival(db, args.runs, args.jobs, args.idle)
+            idle_arrival(db, args.runs, args.jobs or 50_000, args.idle)
         else:
             ab_drain(db, args.runs, args.baseline_src, args.mode, args.claim, args.threads,
-                     args.jobs)
+                     args.jobs or 50_000)
     except psycopg.Error as exc:
         raise SystemExit(f"probe failed: {exc}") from None
     finally:

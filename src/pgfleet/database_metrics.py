@@ -58,7 +58,9 @@ def read_families(conn: psycopg.Connection[Any], known: Iterable[str]) -> list[M
         oldest = store.oldest_waiting(conn)
         paused = store.paused_queues(conn)
         beats = store.heartbeat_ages(conn)
-    label = QueueLabels(known, [c[0] for c in counts] + [*oldest, *paused])
+        flows = store.flow_usage(conn)
+    label = QueueLabels(known, [c[0] for c in counts] + [*oldest, *paused]
+                        + [f.queue for f in flows])
     jobs: dict[tuple[str, str], int] = {}
     for queue, state, n in counts:
         jobs[label(queue), state] = jobs.get((label(queue), state), 0) + n
@@ -78,7 +80,28 @@ def read_families(conn: psycopg.Connection[Any], known: Iterable[str]) -> list[M
         heartbeat.add_metric([beat.host, beat.kind], max(beat.seconds, 0.0))
     up = _family(metrics.database_up)
     up.add_metric([], 1)
-    return [up, queue_jobs, oldest_age, queue_paused, heartbeat]
+    return [up, queue_jobs, oldest_age, queue_paused, heartbeat, *_flow_families(flows, label)]
+
+
+def _flow_families(flows: list[store.FlowUsage], label: QueueLabels) -> list[Metric]:
+    """The flow-control gauges of each queue with published limits (a queue folded into
+    the overflow label is left out: its limits are its own)."""
+    limit, in_use = _family(metrics.flow_limit), _family(metrics.flow_in_use)
+    held = _family(metrics.flow_held_jobs)
+    for f in flows:
+        queue = label(f.queue)
+        if queue == metrics.OTHER_QUEUES_LABEL:
+            continue
+        rows = (("global_concurrency", f.global_concurrency, f.running, f.held_by_global),
+                ("rate_limit", f.rate_limit, f.starts, f.held_by_rate),
+                ("key_concurrency", f.key_concurrency, f.keys_at_limit, f.held_by_key))
+        for name, value, used, waiting in rows:
+            if value is None:
+                continue
+            limit.add_metric([queue, name], value)
+            in_use.add_metric([queue, name], used)
+            held.add_metric([queue, name], waiting)
+    return [limit, in_use, held]
 
 
 class DatabaseCollector:

@@ -29,7 +29,11 @@ class DatabaseChild(ChildProcess):
             # A connect may wait its whole timeout: the child is alive meanwhile.
             with self.beating():
                 self.conn = connect(self.dsn, autocommit=True)
+            self.on_connect(self.conn)
         return self.conn
+
+    def on_connect(self, conn: psycopg.Connection[Any]) -> None:
+        """What a child writes on each new connection (maintenance: the flow limits)."""
 
     def drop_connection(self) -> None:
         """Close the connection (quietly: it may be broken already); the next call to

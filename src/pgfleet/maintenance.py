@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import metrics, store
+from pgfleet import flow, metrics, store
 from pgfleet.backoff import Backoff
 from pgfleet.child import BEAT_EVERY
 from pgfleet.config import Config, QueueConfig
@@ -86,6 +86,16 @@ class Maintenance(DatabaseChild):
                 return
             if left <= BEAT_EVERY or self.stopping or self.parent_gone():
                 return
+
+    def on_connect(self, conn: psycopg.Connection[Any]) -> None:
+        """Write this config's flow control of its queues to the database: at start, on
+        every reconnect, and after a HUP (which starts a new maintenance process). The
+        master holds no connection, so its maintenance child does this for it."""
+        limits = {name: queue.flow_limits() for name, queue in self.config.queues.items()}
+        store.publish_limits(conn, published_by=self.supervisor_id, limits=limits)
+        for name, found in sorted(limits.items()):
+            if found is not None:
+                log.info("queue %r flow control published: %s", name, flow.describe(found))
 
     def pass_once(self) -> None:
         """One maintenance pass: rescue, heartbeat, rescue expired leases, prune, measure."""

@@ -115,8 +115,28 @@ process_heartbeat_age = DatabaseGauge(
     "maintenance, worker), from the database.",
     ("host", "kind"),
 )
+# Flow control (docs/flow-control.md), for queues with published limits. `limit` is
+# global_concurrency, rate_limit or key_concurrency.
+flow_limit = DatabaseGauge(
+    "pgfleet_flow_limit",
+    "A queue's published limit: running jobs (global_concurrency), starts per window "
+    "(rate_limit) or running jobs per key (key_concurrency).",
+    ("queue", "limit"),
+)
+flow_in_use = DatabaseGauge(
+    "pgfleet_flow_in_use",
+    "Current use of each limit: running jobs, starts in the current window, keys at their "
+    "limit.",
+    ("queue", "limit"),
+)
+flow_held_jobs = DatabaseGauge(
+    "pgfleet_flow_held_jobs",
+    "Due jobs that a limit alone holds back now.",
+    ("queue", "limit"),
+)
+
 DATABASE_GAUGES = (database_up, queue_jobs, queue_oldest_age, queue_paused,
-                   process_heartbeat_age)
+                   process_heartbeat_age, flow_limit, flow_in_use, flow_held_jobs)
 
 QUEUE_STATES = ("queued", "scheduled", "running", "dead")
 # Queue names read from the database are data anyone with INSERT can choose: past this many

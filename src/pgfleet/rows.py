@@ -283,3 +283,20 @@ class JobProgress:
     queue: str
     task: str
     progress: str  # JSON text
+
+
+@dataclass(frozen=True)
+class FlowUsage:
+    """A queue's published limits, their current use and the due jobs each holds back."""
+    queue: str
+    global_concurrency: int | None
+    rate_limit: int | None
+    rate_period: float | None
+    key_concurrency: int | None
+    running: int
+    starts: int
+    due: int
+    keys_at_limit: int
+    held_by_global: int
+    held_by_rate: int
+    held_by_key: int

@@ -18,6 +18,7 @@ from psycopg.rows import class_row
 
 from pgfleet import enqueue_plan, payload
 from pgfleet.errors import PayloadError
+from pgfleet.flow import FlowLimits
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
 from pgfleet.rows import (
     CancelledJob as CancelledJob,
@@ -25,6 +26,7 @@ from pgfleet.rows import (
     Enqueued as Enqueued,
     Failure as Failure,
     FireTime as FireTime,
+    FlowUsage as FlowUsage,
     HeartbeatAge as HeartbeatAge,
     HeldJob as HeldJob,
     HeldKey as HeldKey,
@@ -254,6 +256,32 @@ def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
     return _many(conn, "claim",
                  {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
                   "args_limit": args_limit}, ClaimedJob)
+
+
+def claim_limited(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
+                  limits: FlowLimits, args_limit: int = payload.MAX_ARGS_BYTES
+                  ) -> list[ClaimedJob]:
+    """The claim of a queue with flow control; `limits` (the worker's config) apply only
+    until a supervisor has published the queue's."""
+    return _many(conn, "claim_limited",
+                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
+                  "args_limit": args_limit, **limits.params()}, ClaimedJob)
+
+
+def publish_limits(conn: Conn, *, published_by: str,
+                   limits: Mapping[str, FlowLimits | None]) -> None:
+    """Write each queue's flow control (None: none) to pgfleet.queue_limits."""
+    names = sorted(limits)
+    params = [found.params() if (found := limits[name]) else {} for name in names]
+    _exec(conn, "publish_limits", {
+        "published_by": published_by, "queues": names,
+        **{key: [p.get(key) for p in params]
+           for key in ("global_concurrency", "rate_limit", "rate_period", "key_concurrency")},
+    })
+
+
+def flow_usage(conn: Conn) -> list[FlowUsage]:
+    return _many(conn, "flow_usage", None, FlowUsage)
 
 
 def complete_succeeded(

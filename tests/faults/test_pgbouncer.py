@@ -212,3 +212,36 @@ def test_a_misconfigured_pooler_fails_fast_with_one_line(
         nowhere.stop()
     # Nothing reached the real database.
     assert scalar(db.dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
+
+
+def test_flow_control_through_pgbouncer_in_transaction_mode(
+        db: Db, bouncer: Bouncer, pooled: None, cfleet: Callable[..., Fleet]) -> None:
+    """Two supervisors behind the pooler share global_concurrency 2 and one running job
+    per key: the limited claim keeps no session state (its lock is a row lock that ends
+    with the transaction), so it works through a transaction pooler as it does direct."""
+    from tests.acceptance.test_flow_control import depth, intervals
+
+    direct, pooled_url = db.dsn, bouncer.url(db.name)
+    queue = {"limited": {"processes": 1, "threads": 4, "global_concurrency": 2}}
+    fleets = [cfleet(queue, dsn=pooled_url, notify=False, name=name)
+              for name in ("host-a", "host-b")]
+    for f in fleets:
+        f.wait_workers(1)
+    jobs = [{"task": "sleep", "queue": "limited", "concurrency_key": f"k{i % 3}",
+             "args": {"seconds": 0.1}} for i in range(30)]
+    ids = enqueue(pooled_url, jobs)
+    wait_settled(direct, log=fleets[0].log)
+    ran = intervals(direct)
+    assert set(ran) == set(ids)
+    assert depth([span for span, _ in ran.values()]) == 2
+    for key in ("k0", "k1", "k2"):
+        mine = [ran[j][0] for j, job in zip(ids, jobs, strict=True)
+                if job["concurrency_key"] == key]
+        assert depth(mine) == 1, key
+    assert scalar(direct, "SELECT count(*) FROM pgfleet.jobs WHERE state = 'succeeded'"
+                          " AND id = ANY(%s)", (ids,)) == 30
+    for f in fleets:
+        log = f.log()
+        for bad in ("prepared statement", "Traceback", "maintenance pass failed", " exited:"):
+            assert bad not in log, log[-3000:]
+    assert "prepared statement" not in bouncer.log()

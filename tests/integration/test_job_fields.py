@@ -18,6 +18,7 @@ import pgfleet
 from pgfleet import PayloadError, migrations
 from tests.support import pg
 from tests.support.roles import login_roles, role_dsn
+from tests.support.workers import wait_for, worker_process
 
 
 def one(dsn: str, query: str, params: Any = None) -> tuple[Any, ...]:
@@ -157,3 +158,37 @@ def test_grants_on_the_old_enqueue_functions_survive_the_upgrade(old_schema: str
         as_producer = role_dsn(old_schema, producer)
         job_id = one(as_producer, "SELECT pgfleet.enqueue('noop', meta => '{\"a\": 1}')")[0]
         assert pgfleet.enqueue_many(as_producer, [{"task": "noop"}])[0] > job_id
+
+
+@pytest.mark.parametrize("run_at", ["infinity", "-infinity", "10000-01-01", "1969-12-31"])
+def test_sql_refuses_a_run_at_no_reader_can_handle(dsn: str, run_at: str) -> None:
+    # Outside trial: a producer's run_at => '-infinity' crash-looped the queue's workers
+    # and broke `pgfleet status`; year 10000 broke `jobs list`.
+    for statement in ("SELECT pgfleet.enqueue('noop', run_at => %s::timestamptz)",
+                      "INSERT INTO pgfleet.jobs (queue, task, run_at)"
+                      " VALUES ('default', 'noop', %s::timestamptz)"):
+        with (psycopg.connect(dsn, autocommit=True) as conn,
+              pytest.raises(psycopg.errors.InvalidParameterValue,
+                            match="is outside the accepted range 1970-01-01 to 3000-01-01")):
+            conn.execute(statement, (run_at,))
+    assert one(dsn, "SELECT count(*) FROM pgfleet.jobs")[0] == 0
+
+
+def test_a_legacy_row_with_an_infinite_run_at_is_claimed_and_run(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")  # a row from before 0009
+        legacy = conn.execute("INSERT INTO pgfleet.jobs (queue, task, run_at) VALUES"
+                              " ('default', 'noop', '-infinity') RETURNING id").fetchone()
+    assert legacy is not None
+    after = pgfleet.enqueue(dsn, "noop")
+    status = cli(dsn, "status")
+    assert status.returncode == 0, status.stderr
+    worker = worker_process(dsn)
+    try:
+        wait_for(lambda: one(dsn, "SELECT count(*) FROM pgfleet.jobs WHERE id IN (%s, %s)"
+                                  " AND state = 'succeeded'", (legacy[0], after))[0] == 2,
+                 timeout=30)
+        assert worker.poll() is None
+    finally:
+        worker.terminate()
+        worker.wait(30)

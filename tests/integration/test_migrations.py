@@ -29,7 +29,8 @@ def test_fresh_install_equals_upgrade_from_first(empty_dsn: str, template_db: st
     assert version == 1 and [m.version for m in applied] == [1]
     version, applied = migrations.migrate(empty_dsn)
     assert version == migrations.latest_version()
-    assert [m.version for m in applied] == list(range(2, version + 1))
+    # Versions need not be contiguous (branches take numbers apart): every one after 1.
+    assert [m.version for m in applied] == [m.version for m in migrations.available()][1:]
     fresh = dsn_for(template_db)
     assert schema_dump(empty_dsn) == schema_dump(fresh)
 
@@ -60,4 +61,4 @@ def test_concurrent_migrations_do_not_collide(empty_dsn: str) -> None:
     assert results == [migrations.latest_version()] * 4
     with psycopg.connect(empty_dsn) as conn:
         count = conn.execute("SELECT count(*) FROM pgfleet.migrations").fetchone()
-    assert count == (migrations.latest_version(),)
+    assert count == (len(migrations.available()),)

@@ -74,6 +74,22 @@ def test_planted_operator_does_not_run_in_status_or_a_worker_claim(
         assert trap_hits(conn) == []
 
 
+def test_planted_operator_does_not_run_in_a_limited_claim(
+        owner_dsn: str, roles: Roles) -> None:
+    from pgfleet.flow import FlowLimits, Rate
+
+    job_id = pgfleet.enqueue(owner_dsn, "noop", concurrency_key="k")
+    plant_trap(owner_dsn, roles("attacker"))
+    limits = FlowLimits(global_concurrency=2, rate=Rate(10, 1.0))
+    with worker_thread(owner_dsn, flow=limits):
+        wait_for(lambda: pg_state(owner_dsn, job_id) == "succeeded")
+    status = cli(owner_dsn, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert '"global_concurrency": 2' in status.stdout
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        assert trap_hits(conn) == []
+
+
 def pg_state(dsn: str, job_id: int) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return str(one(conn, f"SELECT state::text FROM pgfleet.jobs WHERE id = {job_id}")[0])

@@ -46,6 +46,16 @@ def sleep(seconds: float = 0.1) -> None:
     audit("finished")
 
 
+@pgfleet.task(name="sleep_on_host")
+def sleep_on_host(seconds: float = 0.1) -> None:
+    """`sleep` that also names its supervisor (the worker's parent process), so a test
+    with several supervisors can tell which one ran each job."""
+    audit(f"supervisor {os.getppid()}")
+    audit("started")
+    time.sleep(seconds)
+    audit("finished")
+
+
 @pgfleet.task(name="fail", backoff={"initial": 0.05, "max": 0.2, "jitter": 0.0})
 def fail(message: str = "boom") -> None:
     audit("started")

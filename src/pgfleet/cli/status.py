@@ -11,6 +11,7 @@ import psycopg
 from pgfleet import migrations, payload, store
 from pgfleet.cli.common import database, emit, friendly, global_options, json_option
 from pgfleet.errors import PgfleetError
+from pgfleet.flow import Rate
 
 # Running jobs whose progress `status` lists (the newest), so a busy fleet stays readable.
 PROGRESS_SHOWN = 20
@@ -37,6 +38,7 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         paused = store.paused_queues(conn)
         processes = store.processes(conn)
         progress = store.running_progress(conn, PROGRESS_SHOWN)
+        flows = store.flow_usage(conn)
     failed = _failed_on(processes)
     names = ({c[0] for c in counts} | set(oldest) | set(finished) | paused | set(failed)
              | {p["queue"] for p in processes if p["queue"]})
@@ -57,7 +59,8 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     ]
     reports = [{"id": p.id, "queue": p.queue, "task": p.task,
                 "progress": _decoded(p.progress)} for p in progress]
-    return {"queues": queues, "hosts": _hosts(processes), "progress": reports}
+    return {"queues": queues, "limits": [_limits(f) for f in flows],
+            "hosts": _hosts(processes), "progress": reports}
 
 
 def _decoded(text: str) -> Any:
@@ -81,6 +84,42 @@ def _failed_on(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
             failed.setdefault(queue, []).append(
                 {"host": row["host"], "supervisor": row["id"], "reason": reason})
     return failed
+
+
+def _limits(f: store.FlowUsage) -> dict[str, Any]:
+    """A queue's published flow control and its use: None where a limit is not set."""
+    rate = (None if f.rate_limit is None or f.rate_period is None
+            else str(Rate(f.rate_limit, f.rate_period)))
+    return {
+        "queue": f.queue,
+        "global_concurrency": f.global_concurrency, "running": f.running,
+        "rate_limit": rate, "starts_in_window": f.starts if rate else None,
+        "key_concurrency": f.key_concurrency, "keys_at_limit": f.keys_at_limit,
+        "held": {"global_concurrency": f.held_by_global, "rate_limit": f.held_by_rate,
+                 "key_concurrency": f.held_by_key},
+    }
+
+
+def render_limits(limits: list[dict[str, Any]]) -> list[str]:
+    """LIMITS: each limit as used/limit, and the due jobs it holds back."""
+    if not limits:
+        return []
+    cells = [["LIMITS", "GLOBAL", "RATE", "PER KEY", "HELD (global/rate/key)"]]
+    for q in limits:
+        held = q["held"]
+        cells.append([
+            q["queue"],
+            "-" if q["global_concurrency"] is None
+            else f"{q['running']}/{q['global_concurrency']} running",
+            "-" if q["rate_limit"] is None
+            else f"{q['starts_in_window']} of {q['rate_limit']}",
+            "-" if q["key_concurrency"] is None
+            else f"{q['key_concurrency']} ({q['keys_at_limit']} keys full)",
+            f"{held['global_concurrency']}/{held['rate_limit']}/{held['key_concurrency']}",
+        ])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in cells] + [""]
 
 
 def _hosts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -152,6 +191,7 @@ def render(data: dict[str, Any]) -> str:
     else:
         lines.append("no queues have jobs or workers")
     lines.append("")
+    lines += render_limits(data.get("limits", []))
     if not data["hosts"]:
         lines.append("no pgfleet processes are registered")
     rows: list[tuple[str, dict[str, Any] | None]] = []
@@ -208,7 +248,8 @@ def _process_lines(rows: list[tuple[str, dict[str, Any] | None]]) -> list[str]:
 @global_options
 @friendly
 def status(as_json: bool) -> None:
-    """Queues (waiting, scheduled, running, dead, oldest wait) and every host's processes."""
+    """Queues (waiting, scheduled, running, dead, oldest wait), flow-control limits and
+    their use, and every host's processes."""
     with database() as conn:
         data = gather(conn)
     emit(data, as_json, lambda escaped: click.echo(render(escaped), nl=False))

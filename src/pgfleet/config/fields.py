@@ -19,6 +19,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from pgfleet.durations import parse_duration, parse_size
+from pgfleet.flow import parse_rate
 
 MiB = 1024 * 1024
 
@@ -86,8 +87,22 @@ def _check_callable(name: str) -> str:
     return name
 
 
+def _check_rate(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise ValueError('expected a rate in quotes like "100/s", "30/m" or "1000/h"')
+    parse_rate(value)
+    return value
+
+
+_RATE_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": r"^\s*\d+\s*/\s*\S+\s*$",
+    "examples": ["100/s", "30/m", "1000/h", "5/10s"],
+}
+
 ModuleName = Annotated[str, AfterValidator(_check_module)]
 CallableName = Annotated[str, AfterValidator(_check_callable)]
+RateText = Annotated[str, BeforeValidator(_check_rate), WithJsonSchema(_RATE_SCHEMA)]
 Name = Annotated[str, AfterValidator(_check_name)]
 
 

@@ -116,17 +116,23 @@ _SYNONYMS = {
 }
 
 
+def _likeness(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
 def _unknown_key_message(path: KeyPath, root: type[BaseModel]) -> str:
     key = str(path[-1])
     fields = _field_names_at(root, path[:-1])
     message = f"unknown key `{key}`"
     close = difflib.get_close_matches(key, fields, n=1)
-    if close:
-        return f"{message}; did you mean `{close[0]}`?"
     synonym = difflib.get_close_matches(key, list(_SYNONYMS), n=1)
-    if synonym and _SYNONYMS[synonym[0]] in fields:
+    if synonym and _SYNONYMS[synonym[0]] in fields and (
+            not close or _likeness(key, synonym[0]) > _likeness(key, close[0])):
+        # `concurency` is closer to the other systems' word than to key_concurrency.
         target = _SYNONYMS[synonym[0]]
         return f"{message}; did you mean `{target}`? (pgfleet's name for {synonym[0]})"
+    if close:
+        return f"{message}; did you mean `{close[0]}`?"
     if fields:
         return f"{message}; expected one of: {', '.join(fields)}"
     return message

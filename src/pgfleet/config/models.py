@@ -19,6 +19,7 @@ from pgfleet.config.fields import (
     ModuleName,
     Name,
     PositiveDuration,
+    RateText,
     Size,
     parse_listen,
     relation_error,
@@ -26,6 +27,7 @@ from pgfleet.config.fields import (
 from pgfleet.config.messages import KeyPath, dotted, line_for, without_values
 from pgfleet.cron import CronError, validate_cron, validate_timezone
 from pgfleet.durations import format_duration
+from pgfleet.flow import MAX_CONCURRENCY, FlowLimits, parse_rate
 
 
 def _check_max_not_below_initial(title: str, initial: float, maximum: float) -> None:
@@ -139,6 +141,46 @@ class QueueConfig(BaseModel):
     tasks: list[ModuleName] = Field(
         default_factory=list, description="Extra task modules only this queue imports."
     )
+    # Flow control (docs/flow-control.md): any of the three makes the queue's workers use
+    # the limited claim; without them the plain claim runs and concurrency keys are ignored.
+    global_concurrency: Int | None = Field(
+        default=None, ge=1, le=MAX_CONCURRENCY,
+        description="At most this many jobs of the queue running at once, across every host.",
+    )
+    rate_limit: RateText | None = Field(
+        default=None,
+        description='At most this many job starts in any window, fleet-wide: "100/s", '
+        '"30/m", "1000/h".',
+    )
+    key_concurrency: Int | None = Field(
+        default=None, ge=1, le=MAX_CONCURRENCY,
+        description="At most this many running jobs per concurrency_key (1 when the queue "
+        "has any flow control and this is left out).",
+    )
+
+    def flow_limits(self) -> FlowLimits | None:
+        """The queue's flow control, or None when it has none."""
+        if (self.global_concurrency is None and self.rate_limit is None
+                and self.key_concurrency is None):
+            return None
+        return FlowLimits(
+            global_concurrency=self.global_concurrency,
+            rate=parse_rate(self.rate_limit) if self.rate_limit is not None else None,
+            key_concurrency=self.key_concurrency or 1,
+        )
+
+    @model_validator(mode="after")
+    def _no_prefetch_under_limits(self) -> QueueConfig:
+        # A prefetched job is running in the database while it waits for a thread: it
+        # would hold a global or per-key slot, and spend a start of the rate, idle.
+        if self.prefetch and self.flow_limits() is not None:
+            relation_error(
+                "QueueConfig", ("prefetch",),
+                "prefetch must be 0 on a queue with global_concurrency, rate_limit or "
+                "key_concurrency: prefetched jobs would hold slots no thread runs",
+                self.prefetch,
+            )
+        return self
 
     @field_validator("timeout")
     @classmethod

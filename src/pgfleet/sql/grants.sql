@@ -17,6 +17,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.processes TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.schedule_runs TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.task_defaults TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_defaults TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_limits TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_starts TO {runtime};
 GRANT SELECT ON pgfleet.migrations TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
@@ -25,6 +27,7 @@ GRANT EXECUTE ON FUNCTION pgfleet.jobs_holding_keys(text[], text[]) TO {runtime}
 GRANT EXECUTE ON FUNCTION pgfleet.cancel_jobs(bigint[], text, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.job_outcome(bigint, boolean) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.job_result(bigint) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.claim_limited(text, text, integer, float8, integer, integer, integer, float8, integer) TO {runtime};
 
 -- role: runtime-pooler
 -- Only with PGFLEET_DATABASE_POOLER=transaction: PgBouncer refuses the startup option that

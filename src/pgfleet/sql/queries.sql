@@ -67,10 +67,23 @@ RETURNING j.id, j.task,
           -- that job alone and is never loaded into the worker's memory.
           CASE WHEN octet_length(j.args::text) <= %(args_limit)s THEN j.args::text END AS args,
           j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
-          extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds,
+          -- A row written before 0009 may hold an infinite run_at, which cannot be subtracted.
+          CASE WHEN isfinite(j.run_at) THEN extract(epoch FROM now() - j.run_at)::float8
+               ELSE 0 END AS wait_seconds,
           -- For middleware (the trace context of pgfleet.otel); NULL when empty, the
           -- common case, so most claims carry nothing more.
           nullif(j.meta, '{}'::jsonb)::text AS meta
+
+-- name: claim_limited :many
+-- The claim of a queue with flow control (docs/flow-control.md): the same rows as claim,
+-- within the queue's published global concurrency, rate and per-key limits, serialised
+-- per queue by the lock on its queue_limits row (migration 0014). A separate query so the
+-- plain claim above stays as it is for every queue without limits.
+SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size, c.wait_seconds,
+       (SELECT nullif(j.meta, '{}'::jsonb)::text FROM pgfleet.jobs j WHERE j.id = c.id) AS meta
+  FROM pgfleet.claim_limited(%(queue)s, %(worker)s, %(limit)s, %(lease)s, %(args_limit)s,
+                             %(global_concurrency)s, %(rate_limit)s, %(rate_period)s,
+                             %(key_concurrency)s) AS c
 
 -- name: complete_succeeded :many
 -- R2: fenced by holder and attempt; a job whose lease was taken over is not touched.
@@ -482,3 +495,64 @@ ON CONFLICT (queue) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, updated_
 -- arbiter; rewritten only when they changed.
 UPDATE pgfleet.processes SET failed_queues = %(failed)s::jsonb
  WHERE id = %(id)s AND failed_queues IS DISTINCT FROM %(failed)s::jsonb
+
+
+-- name: publish_limits :exec
+-- What a supervisor's config says about its queues' flow control, as parallel arrays; a
+-- queue without flow control is written with NULLs (key_concurrency too: its workers run
+-- the plain claim), so a reload that drops a limit lifts it.
+-- The last supervisor to start or reload wins for a queue that several configs name.
+INSERT INTO pgfleet.queue_limits AS l (queue, global_concurrency, rate_limit, rate_period,
+                                       key_concurrency, published_by, updated_at)
+SELECT x.queue, x.global_concurrency, x.rate_limit, x.rate_period, x.key_concurrency,
+       %(published_by)s, now()
+  FROM unnest(%(queues)s::text[], %(global_concurrency)s::int[], %(rate_limit)s::int[],
+              %(rate_period)s::float8[], %(key_concurrency)s::int[])
+       AS x(queue, global_concurrency, rate_limit, rate_period, key_concurrency)
+ON CONFLICT (queue) DO UPDATE
+   SET global_concurrency = excluded.global_concurrency, rate_limit = excluded.rate_limit,
+       rate_period = excluded.rate_period, key_concurrency = excluded.key_concurrency,
+       published_by = excluded.published_by, updated_at = excluded.updated_at
+ WHERE (l.global_concurrency, l.rate_limit, l.rate_period, l.key_concurrency)
+       IS DISTINCT FROM (excluded.global_concurrency, excluded.rate_limit,
+                         excluded.rate_period, excluded.key_concurrency)
+
+-- name: flow_usage :many
+-- `pgfleet status` and the held-back gauges: each queue with a published limit, its
+-- running jobs, its starts in the current rate window, the keys at their limit, and the
+-- due jobs each limit holds back now (what that limit alone would not let start).
+WITH l AS (
+    SELECT * FROM pgfleet.queue_limits
+     WHERE global_concurrency IS NOT NULL OR rate_limit IS NOT NULL
+        OR key_concurrency IS NOT NULL
+), keys AS (
+    SELECT k.queue, k.concurrency_key,
+           count(*) FILTER (WHERE k.state = 'running') AS running,
+           count(*) FILTER (WHERE k.state = 'queued' AND k.run_at <= now()) AS due
+      FROM pgfleet.jobs k JOIN l ON l.queue = k.queue
+     WHERE k.concurrency_key IS NOT NULL AND k.state IN ('queued', 'running')
+     GROUP BY 1, 2
+)
+SELECT l.queue, l.global_concurrency, l.rate_limit, l.rate_period, l.key_concurrency,
+       r.running, w.starts, d.due,
+       (SELECT count(*) FROM keys k
+         WHERE k.queue = l.queue AND k.running >= coalesce(l.key_concurrency, 1)) AS keys_at_limit,
+       CASE WHEN l.global_concurrency IS NULL THEN 0
+            ELSE greatest(0, d.due - greatest(0, l.global_concurrency - r.running))
+       END AS held_by_global,
+       CASE WHEN l.rate_limit IS NULL THEN 0
+            ELSE greatest(0, d.due - greatest(0, l.rate_limit - w.starts))
+       END AS held_by_rate,
+       (SELECT coalesce(sum(k.due - least(k.due, greatest(0, coalesce(l.key_concurrency, 1) - k.running))),
+                        0)
+          FROM keys k WHERE k.queue = l.queue)::bigint AS held_by_key
+  FROM l
+ CROSS JOIN LATERAL (SELECT count(*) AS running FROM pgfleet.jobs j
+                      WHERE j.queue = l.queue AND j.state = 'running') r
+ CROSS JOIN LATERAL (SELECT coalesce(sum(s.jobs), 0)::bigint AS starts
+                       FROM pgfleet.queue_starts s
+                      WHERE s.queue = l.queue AND l.rate_limit IS NOT NULL
+                        AND s.at > clock_timestamp() - make_interval(secs => l.rate_period)) w
+ CROSS JOIN LATERAL (SELECT count(*) AS due FROM pgfleet.jobs j
+                      WHERE j.queue = l.queue AND j.state = 'queued' AND j.run_at <= now()) d
+ ORDER BY l.queue

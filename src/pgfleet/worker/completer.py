@@ -12,6 +12,7 @@ import psycopg
 
 from pgfleet import metrics, store
 from pgfleet.backoff import Backoff
+from pgfleet.worker.claims import ClaimJobs
 from pgfleet.worker.executor import Executor, Outcome
 from pgfleet.worker.job_log import attempt_failed, lease_lost
 
@@ -56,12 +57,13 @@ class Flushed:
 
 class Completer:
     def __init__(self, *, queue: str, worker_id: str, backoff: Backoff,
-                 executor: Executor, metric: MetricCache) -> None:
+                 executor: Executor, metric: MetricCache, claim: ClaimJobs) -> None:
         self.queue = queue
         self.worker_id = worker_id
         self.backoff = backoff
         self.executor = executor
         self.metric = metric
+        self.claim = claim
         self.pending: list[Outcome] = []  # outcomes not yet committed
         self.jobs_done = 0
 
@@ -83,9 +85,7 @@ class Completer:
         if claim_limit > 0:
             with conn.transaction():
                 held, states = self._complete(conn, batch)
-                claimed = store.claim(conn, queue=self.queue, limit=claim_limit,
-                                      worker=self.worker_id, lease=lease,
-                                      args_limit=self.executor.args_limit)
+                claimed = self.claim(conn, claim_limit)
         else:
             held, states = self._complete(conn, batch)
         self.pending = []

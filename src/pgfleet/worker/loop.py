@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import metrics, store
+from pgfleet import flow, metrics, store
 from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.db import connect, scrub
 from pgfleet.defaults import publish as publish_defaults
@@ -34,6 +34,7 @@ from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
 from pgfleet.supervisor.process_groups import kill_job_processes
+from pgfleet.worker.claims import claimer
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.control import TaskControl
 from pgfleet.worker.events import WorkerEvents
@@ -94,9 +95,10 @@ class Worker(ChildProcess):
         self.metric = MetricCache()
         self.executor = Executor(queue=settings.queue, worker_id=settings.worker_id,
                                  args_limit=settings.args_limit, wake=self.wakeup.poke)
+        self.claim_jobs = claimer(settings)
         self.completer = Completer(queue=settings.queue, worker_id=settings.worker_id,
                                    backoff=settings.backoff, executor=self.executor,
-                                   metric=self.metric)
+                                   metric=self.metric, claim=self.claim_jobs)
         self.leases = Leases(worker_id=settings.worker_id, lease=settings.lease,
                              heartbeat_interval=settings.heartbeat_interval)
         self.control = TaskControl(worker_id=settings.worker_id, executor=self.executor,
@@ -137,8 +139,9 @@ class Worker(ChildProcess):
             self.listener.start()
         metrics.workers.labels(self.s.queue).inc()
         metrics.zero_worker_counters(self.s.queue, self.s.registry.names())
-        log.info("worker %s started on queue %r (threads=%d, notify=%s)",
-                 self.s.worker_id, self.s.queue, self.s.threads, self.s.notify)
+        log.info("worker %s started on queue %r (threads=%d, notify=%s%s)",
+                 self.s.worker_id, self.s.queue, self.s.threads, self.s.notify,
+                 f", flow control: {flow.describe(self.s.flow)}" if self.s.flow else "")
         self.events.started.set()
         try:
             self._loop()
@@ -273,16 +276,15 @@ class Worker(ChildProcess):
                 or (self.notified and now >= self.next_notified_claim))
 
     def _free_slots(self) -> int:
-        return self.s.threads + self.s.prefetch - len(self.running)
+        # Under flow control a prefetched job would hold a slot of the limit idle.
+        prefetch = 0 if self.s.flow else self.s.prefetch
+        return self.s.threads + prefetch - len(self.running)
 
     def _claim(self) -> None:
         assert self.conn is not None
         limit = self._free_slots()
         self.notified = False  # before the claim: one arriving during it asks for another
-        jobs = store.claim(self.conn, queue=self.s.queue, limit=limit,
-                           worker=self.s.worker_id, lease=self.s.lease,
-                           args_limit=self.s.args_limit)
-        self._hand_out(jobs, limit)
+        self._hand_out(self.claim_jobs(self.conn, limit), limit)
 
     def _flush(self) -> None:
         """Commit the collected outcomes. The claim joins their transaction when the loop
@@ -294,9 +296,11 @@ class Worker(ChildProcess):
             return
         limit = self._free_slots() + pending  # every outcome of the batch frees a slot
         done = self.completer.jobs_done
+        # Under flow control each outcome frees a slot of the limit this worker held: it is
+        # claimed again at once, not at the next poll, or a full queue would idle.
         claim = (
             limit > 0 and self.stop_mode is None and not self.recycle_reason
-            and self._claim_wanted(time.monotonic())
+            and (self.s.flow is not None or self._claim_wanted(time.monotonic()))
             and not self.completer.any_timed_out()
             and (self.job_limit is None or done + pending < self.job_limit)
         )

@@ -14,6 +14,7 @@ from typing import Any
 from pgfleet.backoff import Backoff
 from pgfleet.config import Config, QueueConfig
 from pgfleet.defaults import Defaults
+from pgfleet.flow import FlowLimits
 from pgfleet.payload import MAX_ARGS_BYTES
 from pgfleet.supervisor.beacon import Beacon
 from pgfleet.tasks import Registry
@@ -37,6 +38,8 @@ class WorkerSettings:
     max_jobs: int | None
     max_memory: int | None
     args_limit: int
+    # The queue's flow control: the limited claim runs when set (docs/flow-control.md).
+    flow: FlowLimits | None
     # Who this worker is; a worker without a supervisor names itself.
     worker_id: str
     supervisor_id: str | None
@@ -67,6 +70,7 @@ def build_settings(config: Config | None, queue_name: str, *, dsn: str, registry
         kill_grace=queue.kill_grace, shutdown_timeout=config.supervisor.shutdown_timeout,
         backoff=queue.backoff.to_backoff(),
         max_jobs=queue.max_jobs, max_memory=queue.max_memory, args_limit=MAX_ARGS_BYTES,
+        flow=queue.flow_limits(),
         worker_id=worker_id, supervisor_id=supervisor_id, title=title, beacon=beacon,
         defaults=defaults,
     )

@@ -69,6 +69,20 @@ AS $$
     END
 $$;
 
+-- Why run_at is refused, or NULL: an infinite time or one outside 1970..3000 (UTC) is a
+-- typo, and 'infinity' or year 10000 breaks every reader that subtracts or prints it (the
+-- claim's wait time, `pgfleet status`). payload.RUN_AT_EARLIEST and RUN_AT_LATEST.
+CREATE FUNCTION pgfleet.run_at_problem(run_at timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN NOT (run_at >= '1970-01-01 00:00:00+00' AND run_at < '3000-01-01 00:00:00+00')
+            THEN 'run_at ' || run_at::text
+                 || ' is outside the accepted range 1970-01-01 to 3000-01-01 UTC'
+    END
+$$;
+
 CREATE FUNCTION pgfleet.jobs_fields_refused() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -76,7 +90,7 @@ AS $$
 BEGIN
     RAISE EXCEPTION 'pgfleet: %', coalesce(
             pgfleet.names_problem(NEW.task, NEW.queue, NEW.unique_key, NEW.concurrency_key),
-            pgfleet.meta_problem(NEW.meta))
+            pgfleet.meta_problem(NEW.meta), pgfleet.run_at_problem(NEW.run_at))
         USING ERRCODE = '22023';
 END;
 $$;
@@ -103,6 +117,12 @@ CREATE TRIGGER jobs_meta_limits BEFORE INSERT OR UPDATE OF meta ON pgfleet.jobs
           AND (jsonb_typeof(NEW.meta) <> 'object'
                OR octet_length(NEW.meta::text) > 65536
                OR jsonb_path_exists(NEW.meta, 'strict $.**{17}'::jsonpath)))
+    EXECUTE FUNCTION pgfleet.jobs_fields_refused();
+
+CREATE TRIGGER jobs_run_at_limits BEFORE INSERT OR UPDATE OF run_at ON pgfleet.jobs
+    FOR EACH ROW
+    WHEN (NOT (NEW.run_at >= '1970-01-01 00:00:00+00'::timestamptz
+               AND NEW.run_at < '3000-01-01 00:00:00+00'::timestamptz))
     EXECUTE FUNCTION pgfleet.jobs_fields_refused();
 
 -- The same for the args limits of 0006, whose WHEN called args_problem for every row.
