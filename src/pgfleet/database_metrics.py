@@ -18,7 +18,7 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from pgfleet import metrics, store
+from pgfleet import fleet_store, metrics, store
 from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
 
@@ -54,11 +54,11 @@ def read_families(conn: psycopg.Connection[Any], known: Iterable[str]) -> list[M
     """Every database gauge (database_up included) from one read-only transaction."""
     with conn.transaction():
         conn.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
-        counts = store.queue_counts(conn)
-        oldest = store.oldest_waiting(conn)
-        paused = store.paused_queues(conn)
-        beats = store.heartbeat_ages(conn)
-        flows = store.flow_usage(conn)
+        counts = fleet_store.queue_counts(conn)
+        oldest = fleet_store.oldest_waiting(conn)
+        paused = fleet_store.paused_queues(conn)
+        beats = fleet_store.heartbeat_ages(conn)
+        flows = fleet_store.flow_usage(conn)
     label = QueueLabels(known, [c[0] for c in counts] + [*oldest, *paused]
                         + [f.queue for f in flows])
     jobs: dict[tuple[str, str], int] = {}

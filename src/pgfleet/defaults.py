@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import payload, store
+from pgfleet import fleet_store, payload
 from pgfleet.config import Config
 from pgfleet.db import scrub
 from pgfleet.tasks import Registry
@@ -70,8 +70,8 @@ def publish(conn: psycopg.Connection[Any] | None, defaults: Defaults | None,
         return
     try:
         with conn.transaction():
-            changed = store.publish_queue_defaults(conn, defaults.queues)
-            changed += store.publish_task_defaults(conn, defaults.tasks)
+            changed = fleet_store.publish_queue_defaults(conn, defaults.queues)
+            changed += fleet_store.publish_task_defaults(conn, defaults.tasks)
     except psycopg.Error as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.warning("could not publish the enqueue defaults of queue(s) %s: %s",

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import flow, metrics, store
+from pgfleet import fleet_store, flow, metrics, store
 from pgfleet.backoff import Backoff
 from pgfleet.child import BEAT_EVERY
 from pgfleet.config import Config, QueueConfig
@@ -92,7 +92,7 @@ class Maintenance(DatabaseChild):
         every reconnect, and after a HUP (which starts a new maintenance process). The
         master holds no connection, so its maintenance child does this for it."""
         limits = {name: queue.flow_limits() for name, queue in self.config.queues.items()}
-        store.publish_limits(conn, published_by=self.supervisor_id, limits=limits)
+        fleet_store.publish_limits(conn, published_by=self.supervisor_id, limits=limits)
         for name, found in sorted(limits.items()):
             if found is not None:
                 log.info("queue %r flow control published: %s", name, flow.describe(found))
@@ -143,7 +143,7 @@ class Maintenance(DatabaseChild):
                 if state == "dead":
                     metrics.jobs_finished.labels(label, metrics.task_label(task), "dead").inc()
                 _log_rescue(job_id, queue, state, f"worker {worker} exited ({reason})")
-            store.unregister_process(conn, worker)
+            fleet_store.unregister_process(conn, worker)
             self.to_rescue.pop(0)
 
     def _retry_delays(self, held: list[store.HeldJob]) -> dict[int, float]:
@@ -162,15 +162,15 @@ class Maintenance(DatabaseChild):
         return (self.config.queues.get(job.queue) or QueueConfig()).backoff.to_backoff()
 
     def _heartbeat(self, conn: psycopg.Connection[Any]) -> None:
-        store.register_process(
+        fleet_store.register_process(
             conn, id=self.supervisor_id, host=socket.gethostname(), pid=self.supervisor_pid,
             kind="supervisor", queue=None, supervisor=None,
         )
-        store.register_process(
+        fleet_store.register_process(
             conn, id=self.own_id, host=socket.gethostname(), pid=os.getpid(),
             kind="maintenance", queue=None, supervisor=self.supervisor_id,
         )
-        store.prune_processes(conn, self.config.supervisor.stale_after * 4)
+        fleet_store.prune_processes(conn, self.config.supervisor.stale_after * 4)
 
     def _report_failures(self, conn: psycopg.Connection[Any]) -> None:
         """Record the arbiter's failed queues on the supervisor's row when they changed
@@ -179,7 +179,7 @@ class Maintenance(DatabaseChild):
             return
         sequence, failed = self.failed_queues.read()
         if sequence not in (self.reported_failures, UNREAD):
-            store.report_failed_queues(conn, id=self.supervisor_id, failed=failed)
+            fleet_store.report_failed_queues(conn, id=self.supervisor_id, failed=failed)
             self.reported_failures = sequence
 
     def _prune(self, conn: psycopg.Connection[Any]) -> None:
@@ -197,16 +197,16 @@ class Maintenance(DatabaseChild):
 
     def _measure(self, conn: psycopg.Connection[Any]) -> None:
         if self.seen_job_id is None:
-            self.seen_job_id = store.max_job_id(conn)  # the counter starts at boot
-        created, self.seen_job_id = store.jobs_created_since(conn, self.seen_job_id)
+            self.seen_job_id = fleet_store.max_job_id(conn)  # the counter starts at boot
+        created, self.seen_job_id = fleet_store.jobs_created_since(conn, self.seen_job_id)
         for queue, count in created.items():
             metrics.jobs_enqueued.labels(metrics.queue_label(queue)).inc(count)
 
     def _unregister(self) -> None:
         try:
             conn = self.connection()
-            store.unregister_process(conn, self.supervisor_id)
-            store.unregister_process(conn, self.own_id)
+            fleet_store.unregister_process(conn, self.supervisor_id)
+            fleet_store.unregister_process(conn, self.own_id)
         except (psycopg.Error, DatabaseUnavailable):
             pass
         finally:

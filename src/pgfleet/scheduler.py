@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import metrics, store
+from pgfleet import fleet_store, metrics
 from pgfleet.child import BEAT_EVERY
 from pgfleet.client import DEFAULT_MAX_ATTEMPTS
 from pgfleet.config import Config, ScheduleConfig
@@ -125,7 +125,7 @@ class Scheduler(DatabaseChild):
 
     def _pass(self) -> tuple[datetime, float]:
         conn = self.connection()
-        now = store.db_now(conn)
+        now = fleet_store.db_now(conn)
         read_at = time.monotonic()
         self._fire_due(conn, now)
         return now, read_at
@@ -138,11 +138,11 @@ class Scheduler(DatabaseChild):
         `at` replaces the database's now() for choosing fire times; only tests of calendar
         edges (a daylight-saving day) pass it, since the server clock cannot be moved."""
         conn = self.connection()
-        return self._fire_due(conn, store.db_now(conn) if at is None else at)
+        return self._fire_due(conn, fleet_store.db_now(conn) if at is None else at)
 
     def _fire_due(self, conn: psycopg.Connection[Any], now: datetime) -> list[Fired]:
         fired: list[Fired] = []
-        last_runs = store.schedule_last_runs(conn, list(self.schedules))
+        last_runs = fleet_store.schedule_last_runs(conn, list(self.schedules))
         for name, schedule in self.schedules.items():
             last = last_runs.get(name)
             try:
@@ -221,11 +221,11 @@ class Scheduler(DatabaseChild):
              fire_time: datetime) -> Fired | None:
         """Turn one fire time into one job, unless any scheduler already did; idempotent."""
         with conn.transaction():
-            if not store.insert_schedule_run(conn, schedule=name, fire_time=fire_time):
+            if not fleet_store.insert_schedule_run(conn, schedule=name, fire_time=fire_time):
                 return None
             if self.fire_hook is not None:
                 self.fire_hook(name, fire_time)
-            job_id = store.enqueue_schedule_run(
+            job_id = fleet_store.enqueue_schedule_run(
                 conn, schedule=name, fire_time=fire_time, task=schedule.task,
                 args_json=json.dumps(schedule.args), queue=schedule.queue,
                 priority=schedule.priority, max_attempts=self._max_attempts(schedule),

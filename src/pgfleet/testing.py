@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import payload, producer, store
+from pgfleet import fleet_store, payload, producer, store
 from pgfleet.backoff import Backoff
 from pgfleet.errors import PgfleetError
 from pgfleet.rows import ClaimedJob
@@ -93,7 +93,7 @@ def run_jobs(
 def _claim_one(conn: psycopg.Connection[Any], queue: str | None,
                worker: str) -> tuple[str, ClaimedJob] | None:
     names = [queue] if queue is not None else sorted(
-        {name for name, state, _ in store.queue_counts(conn) if state == "queued"})
+        {name for name, state, _ in fleet_store.queue_counts(conn) if state == "queued"})
     for name in names:
         jobs = store.claim(conn, queue=name, limit=1, worker=worker, lease=LEASE)
         if jobs:

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import store
+from pgfleet import fleet_store, store
 from pgfleet.flow import FlowLimits, Rate
 from tests.support.rescue import rescue_all
 from tests.support.workers import scalar, wait_for
@@ -94,7 +94,7 @@ def test_the_exporter_reads_the_flow_gauges(conn: Any, dsn: str) -> None:
     from pgfleet.database_metrics import read_families
 
     enqueue(dsn, 3)
-    store.publish_limits(conn, published_by="s",
+    fleet_store.publish_limits(conn, published_by="s",
                          limits={Q: FlowLimits(global_concurrency=1), "plain": None})
     claim(conn, "w1", FlowLimits())
     samples = {(m.name, s.labels["queue"], s.labels["limit"]): s.value
@@ -251,11 +251,11 @@ def test_priorities_order_the_limited_claim(conn: Any, dsn: str) -> None:
 
 def test_published_limits_win_over_the_workers_own(conn: Any, dsn: str) -> None:
     enqueue(dsn, 5)
-    store.publish_limits(conn, published_by="supervisor-a",
+    fleet_store.publish_limits(conn, published_by="supervisor-a",
                          limits={Q: FlowLimits(global_concurrency=1)})
     assert len(claim(conn, "w1", FlowLimits(global_concurrency=4))) == 1
     # A reload that drops the limits lifts them.
-    store.publish_limits(conn, published_by="supervisor-a", limits={Q: None})
+    fleet_store.publish_limits(conn, published_by="supervisor-a", limits={Q: None})
     assert len(claim(conn, "w1", FlowLimits(global_concurrency=4))) == 4
 
 
@@ -279,11 +279,11 @@ def test_a_paused_queue_yields_nothing(conn: Any, dsn: str) -> None:
 def test_usage_counts_what_each_limit_holds_back(conn: Any, dsn: str) -> None:
     enqueue(dsn, 4, key=lambda i: "k" if i < 3 else None)
     enqueue(dsn, 2)
-    store.publish_limits(conn, published_by="s",
+    fleet_store.publish_limits(conn, published_by="s",
                          limits={Q: FlowLimits(global_concurrency=2, rate=Rate(10, 60.0))})
     claimed = claim(conn, "w1", FlowLimits())
     assert len(claimed) == 2  # the first k and one unkeyed job
-    [usage] = store.flow_usage(conn)
+    [usage] = fleet_store.flow_usage(conn)
     assert (usage.global_concurrency, usage.running, usage.rate_limit, usage.starts) == (
         2, 2, 10, 2)
     assert (usage.due, usage.keys_at_limit) == (4, 1)

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgfleet import store
+from pgfleet import fleet_store, store
 from pgfleet.cli.status import age, gather, render
 from pgfleet.errors import PgfleetError
 
@@ -50,9 +50,9 @@ def seed(conn: psycopg.Connection[Any]) -> None:
         dict(id="w-lost", host="beta", pid=202, kind="worker", queue="mail",
              supervisor="sup-gone"),
     ):
-        store.register_process(conn, **row)
+        fleet_store.register_process(conn, **row)
     # beta's supervisor gave up on a queue no process or job names (migration 0010).
-    store.report_failed_queues(conn, id="sup-b", failed={"gone": "workers crashed 10 times"})
+    fleet_store.report_failed_queues(conn, id="sup-b", failed={"gone": "workers crashed 10 times"})
     conn.execute("UPDATE pgfleet.processes SET heartbeat_at = now() - interval '42 seconds'"
                  " WHERE id = 'w-b1'")
 

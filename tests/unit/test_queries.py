@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from pgfleet import store
+from pgfleet import fleet_store, store
 from pgfleet.queries import Cardinality, CardinalityError, Query, QueryFileError, catalogue, parse
 
 SRC = Path(store.__file__).resolve().parent
@@ -38,15 +38,22 @@ def _callee(call: ast.Call) -> str | None:
     return None
 
 
+# The store's two modules: jobs (store.py, with the runners) and the fleet's own rows.
+STORE_FILES = ("store.py", "fleet_store.py")
+
+
 def uses() -> list[Use]:
-    """Every run of a named query, read from store.py's source (the only module that runs
+    """Every run of a named query, read from the store's source (the only modules that run
     them: test_only_store_runs_queries)."""
+    return [use for name in STORE_FILES for use in _uses_in(name)]
+
+
+def _uses_in(filename: str) -> list[Use]:
     found = []
-    path = SRC / "store.py"
-    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+    for node in ast.walk(ast.parse((SRC / filename).read_text("utf-8"))):
         if not isinstance(node, ast.Call) or _callee(node) not in RUNNERS:
             continue
-        where = f"store.py:{node.lineno}"
+        where = f"{filename}:{node.lineno}"
         name = node.args[1] if len(node.args) > 1 else None
         assert isinstance(name, ast.Constant) and isinstance(name.value, str), \
             f"{where}: a query runner needs the query's name as a literal"
@@ -70,9 +77,10 @@ def _reaches_the_query_file(node: ast.AST) -> bool:
 
 
 def test_only_store_runs_queries() -> None:
-    """Other modules call store.py's functions; so store.py's runs are all of src/'s."""
+    """Other modules call the store's functions; so the store's runs are all of src/'s."""
     others = [f"{path.relative_to(SRC)}:{node.lineno}"
-              for path in sorted(SRC.rglob("*.py")) if path.name not in ("store.py", "queries.py")
+              for path in sorted(SRC.rglob("*.py"))
+              if path.name not in (*STORE_FILES, "queries.py")
               for node in ast.walk(ast.parse(path.read_text("utf-8")))
               if _reaches_the_query_file(node)]
     assert others == []
@@ -189,6 +197,6 @@ def test_a_row_count_the_cardinality_rules_out_is_refused(
 def test_a_one_query_that_finds_nothing_is_an_error(conn: psycopg.Connection[Any]) -> None:
     # schedule_run_enqueue is :one: its run row must exist (schedule_run_insert made it).
     with pytest.raises(CardinalityError, match=r"schedule_run_enqueue .* returned 0 rows"):
-        store.enqueue_schedule_run(
-            conn, schedule="never-inserted", fire_time=store.db_now(conn), task="noop",
+        fleet_store.enqueue_schedule_run(
+            conn, schedule="never-inserted", fire_time=fleet_store.db_now(conn), task="noop",
             args_json="{}", queue="default", priority=0, max_attempts=1)

@@ -14,7 +14,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 import click
 import psycopg
 
-from pgfleet import store
+from pgfleet import fleet_store
 from pgfleet.cli.devstate import default_root as dev_root, read as read_state
 from pgfleet.cli.preflight import missing_modules
 from pgfleet.cli.terminal_text import shown
@@ -174,7 +174,7 @@ def warn_unknown_queue(conn: psycopg.Connection[Any], queue: str) -> None:
     """A warning (not a refusal) for a queue name that no job, process or the file given
     with -c knows: most likely a typo."""
     config = given_config()
-    if (config is not None and queue in config.queues) or store.queue_known(conn, queue):
+    if (config is not None and queue in config.queues) or fleet_store.queue_known(conn, queue):
         return
     nor_file = "" if config is None else f", and {config_path()} does not configure it"
     warn(f"queue {queue!r} is unknown: no job or worker in the database has it{nor_file}; "

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from pgfleet import store
+from pgfleet import fleet_store, store
 from pgfleet.cli.common import (
     config_dsn,
     connect_cli,
@@ -44,8 +44,8 @@ def cron_list(as_json: bool) -> None:
     now = datetime.now(UTC)
     if dsn and names:
         with connect_cli(dsn) as conn:
-            now = store.db_now(conn)
-            last_runs = store.schedule_last_run_jobs(conn, names)
+            now = fleet_store.db_now(conn)
+            last_runs = fleet_store.schedule_last_run_jobs(conn, names)
     entries = [_entry(name, config, now, last_runs) for name in names]
     emit(entries, as_json, _print_table)
 

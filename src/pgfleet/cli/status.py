@@ -8,7 +8,7 @@ from typing import Any
 import click
 import psycopg
 
-from pgfleet import migrations, payload, store
+from pgfleet import fleet_store, migrations, payload, store
 from pgfleet.cli.common import database, emit, friendly, global_options, json_option
 from pgfleet.errors import PgfleetError
 from pgfleet.flow import Rate
@@ -32,13 +32,13 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         raise PgfleetError("the pgfleet schema is not installed: run `pgfleet migrate`")
     # One transaction: now() is the same instant for every query below.
     with conn.transaction():
-        counts = store.queue_counts(conn)
-        oldest = store.oldest_waiting(conn)
-        finished = store.finished_last_minute(conn)
-        paused = store.paused_queues(conn)
-        processes = store.processes(conn)
+        counts = fleet_store.queue_counts(conn)
+        oldest = fleet_store.oldest_waiting(conn)
+        finished = fleet_store.finished_last_minute(conn)
+        paused = fleet_store.paused_queues(conn)
+        processes = fleet_store.processes(conn)
         progress = store.running_progress(conn, PROGRESS_SHOWN)
-        flows = store.flow_usage(conn)
+        flows = fleet_store.flow_usage(conn)
     failed = _failed_on(processes)
     names = ({c[0] for c in counts} | set(oldest) | set(finished) | paused | set(failed)
              | {p["queue"] for p in processes if p["queue"]})

@@ -113,16 +113,8 @@ class Supervisor:
                 self._begin_stop("quick" if not self.stopping else "kill", name)
             elif sig == signal.SIGHUP and not self.stopping:
                 self._reload()
-            elif sig == signal.SIGTTIN and not self.stopping:
-                self.extra_processes += 1
-                log.info("TTIN: every queue now runs %+d worker(s) beyond its config",
-                         self.extra_processes)
-            elif sig == signal.SIGTTOU and not self.stopping:
-                # Down to one worker per queue; a queue already at one stays there.
-                lowest = 1 - max(q.processes for q in self.config.queues.values())
-                self.extra_processes = max(lowest, self.extra_processes - 1)
-                log.info("TTOU: every queue now runs %+d worker(s) beyond its config",
-                         self.extra_processes)
+            elif sig in (signal.SIGTTIN, signal.SIGTTOU) and not self.stopping:
+                self.extra_processes = scaled(self.extra_processes, sig, self.config)
 
     # ---- main loop -------------------------------------------------------------------
 
@@ -369,6 +361,18 @@ class Supervisor:
         for child in self.children.values():
             if child.slot.kind == kind:
                 _kill(child.pid, sig)
+
+
+def scaled(extra: int, sig: int, config: Config) -> int:
+    """The workers every queue runs beyond its config after TTIN (one more) or TTOU (one
+    fewer, down to one worker per queue: a queue already at one stays there)."""
+    if sig == signal.SIGTTIN:
+        extra += 1
+    else:
+        extra = max(1 - max(q.processes for q in config.queues.values()), extra - 1)
+    log.info("%s: every queue now runs %+d worker(s) beyond its config",
+             signal_name(sig), extra)
+    return extra
 
 
 def _kill(pid: int, sig: int) -> None:

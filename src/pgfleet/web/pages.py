@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pgfleet import store
+from pgfleet import fleet_store, store
 from pgfleet.cli import status
 from pgfleet.web import forms, queries
 from pgfleet.web.paging import Page, scan_windows, served_by_index
@@ -51,7 +51,7 @@ def jobs(request: Request) -> Response:
             page = Page(queries.jobs_page(conn, where, before=before, floor=0,
                                           limit=limit + 1), 0, None)
         else:
-            top = before if before is not None else store.max_job_id(conn) + 1
+            top = before if before is not None else fleet_store.max_job_id(conn) + 1
             page = scan_windows(conn, where, top, limit)
     filters = {"state": where.state or "", "queue": where.queue or "",
                "task": where.task or "", "q": where.text or "",
@@ -122,5 +122,5 @@ def schedules(request: Request) -> Response:
     with request.app.state.pool.connection() as conn:
         names = queries.schedule_names(conn)
         runs = queries.schedule_recent_runs(conn, names, RECENT_RUNS)
-        now = store.db_now(conn)
+        now = fleet_store.db_now(conn)
     return render(request, "schedules.html", title="Schedules", live=True, runs=runs, now=now)

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import store
+from pgfleet import fleet_store, store
 from pgfleet.child import exit_now
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST
 from pgfleet.worker.executor import Executor, LeaseLost
@@ -43,7 +43,7 @@ class Leases:
         # Taken before the statement: the server's new expiry is at least this late.
         sent = time.monotonic()
         with conn.transaction():
-            store.heartbeat_process(conn, self.worker_id)
+            fleet_store.heartbeat_process(conn, self.worker_id)
             renewed = store.renew_leases(conn, worker=self.worker_id, lease=self.lease,
                                          ids=list(executor.running))
         self.renewed = sent

@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import flow, metrics, store
+from pgfleet import fleet_store, flow, metrics, store
 from pgfleet.child import BEAT_EVERY, ChildProcess
 from pgfleet.db import connect, scrub
 from pgfleet.defaults import publish as publish_defaults
@@ -37,6 +37,7 @@ from pgfleet.supervisor.process_groups import kill_job_processes
 from pgfleet.worker.claims import claimer
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.control import TaskControl
+from pgfleet.worker.display import BusyDisplay
 from pgfleet.worker.events import WorkerEvents
 from pgfleet.worker.executor import Executor, Running, WorkerStopping
 from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
@@ -64,11 +65,6 @@ def over_memory(max_memory: int | None) -> str | None:
 def jittered_limit(max_jobs: int | None) -> int | None:
     # ±10 % so a fleet started together does not recycle together.
     return None if max_jobs is None else max(1, round(max_jobs * random.uniform(0.9, 1.1)))
-
-
-def jobs_running(count: int) -> str:
-    """The status part of a worker's process title: `0 jobs`, `1 job`, `3 jobs`."""
-    return f"{count} job" if count == 1 else f"{count} jobs"
 
 
 def _watchdog(leases: Leases, held: Callable[[], int]) -> threading.Event:
@@ -114,8 +110,7 @@ class Worker(ChildProcess):
         self.recycle_reason: str | None = None
         self.exit_code = EXIT_OK
         self.job_limit = jittered_limit(settings.max_jobs)
-        self.shown_busy = -1
-        self.shown_peers = 0
+        self.display = BusyDisplay(settings.queue, settings.title)
         self.abandoned = False  # set when the process must exit without the database
         self.stuck: set[int] = set()  # jobs that ignored their timeout: never released here
 
@@ -179,7 +174,8 @@ class Worker(ChildProcess):
                     log.info("worker %s recycling: %s", self.s.worker_id, self.recycle_reason)
                 return
             self._database_phase(now)
-            self._show_status()
+            self.display.show(len(self.running),
+                              self.beacon.peers() if self.beacon is not None else 0)
             if not self._done(time.monotonic()):
                 self.wakeup.wait(self._wait_time())
 
@@ -242,7 +238,7 @@ class Worker(ChildProcess):
     def _connect(self) -> None:
         with self.beating():
             self.conn = connect(self.s.dsn, autocommit=True)
-        store.register_process(
+        fleet_store.register_process(
             self.conn, id=self.s.worker_id, host=socket.gethostname(), pid=os.getpid(),
             kind="worker", queue=self.s.queue, supervisor=self.s.supervisor_id,
         )
@@ -373,18 +369,6 @@ class Worker(ChildProcess):
             self.notified = True
             self.wakeup.poke()
 
-    def _show_status(self) -> None:
-        busy = len(self.running)
-        # The supervisor's count of this queue's workers changes with TTIN/TTOU.
-        peers = self.beacon.peers() if self.beacon is not None else 0
-        if (busy, peers) == (self.shown_busy, self.shown_peers):
-            return  # the loop can turn thousands of times a second; write only changes
-        if busy != self.shown_busy:
-            metrics.workers_busy.labels(self.s.queue).set(busy)
-        self.shown_busy, self.shown_peers = busy, peers
-        if self.s.title is not None:
-            self.s.title(jobs_running(busy))
-
     # ---- stopping ------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
@@ -419,7 +403,7 @@ def _shut_down(worker: Worker) -> None:
                         "are returned once this process is gone", len(worker.running),
                         sorted(worker.running))
         else:
-            store.unregister_process(worker.conn, worker.s.worker_id)
+            fleet_store.unregister_process(worker.conn, worker.s.worker_id)
     except (psycopg.Error, DatabaseUnavailable) as exc:
         log.warning("could not record the shutdown: %s", scrub(str(exc), worker.s.dsn))
     finally:
