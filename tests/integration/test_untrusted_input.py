@@ -98,3 +98,21 @@ def test_enqueue_refuses_control_characters_in_names(dsn: str) -> None:
         with pytest.raises(PayloadError, match=f"^{field}: must not contain control"):
             pgfleet.enqueue(dsn, task, **kwargs)
     assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
+
+
+def test_jobs_show_prints_a_bounded_glimpse_of_a_huge_error_history(dsn: str) -> None:
+    # Outside trial: a hand-written row with 100,000 error entries and a 5 MB last error
+    # made `jobs show` print 12 MB to the terminal.
+    errors = [{"attempt": n, "error": f"boom {n} " + "x" * 3000, "at": "2026-01-01"}
+              for n in range(1, 5001)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, state, last_error, errors, attempt)"
+            " VALUES ('default', 'noop', 'dead', %s, %s, 1) RETURNING id",
+            ("y" * 5_000_000, Jsonb(errors))).fetchone()
+    assert row is not None
+    text = cli_out(dsn, "jobs", "show", str(row[0]))
+    assert len(text) < 100_000
+    assert "4980 earlier entries not shown; --json shows all" in text
+    assert "boom 5000 " in text and "boom 4980 " not in text
+    assert "[5000000 characters; --json shows all]" in text

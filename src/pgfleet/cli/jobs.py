@@ -75,7 +75,11 @@ def jobs_show(job_id: int, as_json: bool) -> None:
     def text(job: dict[str, Any]) -> None:
         for key, value in job.items():
             if key == "errors" and isinstance(value, list):
-                for entry in value:
+                # A row written by hand may hold any number of entries: the last few.
+                if len(value) > SHOWN_ERRORS:
+                    click.echo(f"errors: {len(value) - SHOWN_ERRORS} earlier entries not "
+                               "shown; --json shows all")
+                for entry in value[-SHOWN_ERRORS:]:
                     click.echo(error_line(entry))
             elif key in ("meta", "result", "progress") and not isinstance(value, str):
                 # JSON as JSON: a result of None prints `null`, a dict with double quotes.
@@ -87,6 +91,7 @@ def jobs_show(job_id: int, as_json: bool) -> None:
 
 
 SHOWN_CHARS = 2000
+SHOWN_ERRORS = 20
 
 
 def shortened(text: str) -> str:
