@@ -190,8 +190,8 @@ def test_dev_is_found_by_the_other_commands_and_stop_ends_every_process(
         state_file = data_dir / "dev.json"
         assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
         assert json.loads(state_file.read_text())["pid"] == dev.pid
-        names = _names(dsn)
-        assert names.count("pgfleet worker default 1/2") == 2  # claiming and LISTEN
+        # Claiming and LISTEN: the listener connects beside the worker's own connection.
+        wait_for(lambda: _names(dsn).count("pgfleet worker default 1/2") == 2, timeout=60)
         # Maintenance connects on its own schedule, maybe after the workers.
         wait_for(lambda: "pgfleet maintenance" in _names(dsn), timeout=60)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
@@ -24,9 +25,15 @@ def invoke(args: list[str]) -> Result:
 
 
 def far_job(dsn: str, run_at: str, created_at: str = "now", queue: str = "far") -> int:
-    return int(scalar(dsn, "INSERT INTO pgfleet.jobs (queue, task, run_at, created_at,"
+    """A row from before migration 0009, which refuses such a run_at since: written past
+    the triggers, as a superuser."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")
+        row = conn.execute("INSERT INTO pgfleet.jobs (queue, task, run_at, created_at,"
                            " finished_at) VALUES (%s, 'noop', %s, %s, %s) RETURNING id",
-                      (queue, run_at, created_at, run_at)))
+                           (queue, run_at, created_at, run_at)).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 @pytest.mark.parametrize(("stored", "shown"), [

@@ -21,8 +21,10 @@ FAR = ["infinity", "-infinity", "10000-01-01 00:00:00+00", "0044-03-15 00:00:00+
 @pytest.mark.parametrize("stored", FAR)
 def test_every_page_renders_a_row_with_a_far_timestamp(web: Callable[..., WebServer],
                                                        dsn: str, stored: str) -> None:
-    job = insert_job(dsn, queue="far", run_at=stored, created_at=stored)
-    done = dead_job(dsn, queue="far", finished_at=stored, lease_expires_at=stored)
+    # Rows from before migration 0009, which refuses such a run_at since.
+    job = insert_job(dsn, queue="far", run_at=stored, created_at=stored, legacy=True)
+    done = dead_job(dsn, queue="far", finished_at=stored, lease_expires_at=stored,
+                    run_at=stored, legacy=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO pgfleet.schedule_runs (schedule, fire_time, job_id)"
                      " VALUES ('far', %s, %s)", (stored, job))
