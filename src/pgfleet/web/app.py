@@ -29,6 +29,11 @@ from pgfleet.web.settings import WebSettings
 STATEMENT_TIMEOUT_MS = 10_000
 # How long a page waits for a connection before saying the database is unreachable.
 POOL_TIMEOUT = 5.0
+# How long the pool keeps retrying a connection, with doubling waits, before it gives up
+# until a page asks again. psycopg_pool's default (5 minutes) let the waits grow past
+# 30 s in an outage: the UI then lagged that long behind the database coming back. Given
+# up, the pool starts afresh at the next page's request, so it never waits over 2 s.
+RECONNECT_TIMEOUT = 3.0
 
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
@@ -49,7 +54,8 @@ def create_pool(settings: WebSettings) -> ConnectionPool[Any]:
     # check: a connection broken by a database restart is replaced before a page gets it,
     # so the first page after the restart is not an error.
     return ConnectionPool(settings.dsn, min_size=1, max_size=4, open=False,
-                          timeout=POOL_TIMEOUT, kwargs=kwargs, configure=configure_connection,
+                          timeout=POOL_TIMEOUT, reconnect_timeout=RECONNECT_TIMEOUT,
+                          kwargs=kwargs, configure=configure_connection,
                           check=ConnectionPool.check_connection, name="pgfleet-web")
 
 
