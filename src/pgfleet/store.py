@@ -22,6 +22,9 @@ from pgfleet.rows import (
     ClaimedJob as ClaimedJob,
 )
 from pgfleet.rows import (
+    DoneOrClaimed as DoneOrClaimed,
+)
+from pgfleet.rows import (
     Failure as Failure,
 )
 from pgfleet.rows import (
@@ -247,10 +250,39 @@ def _insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[KeyedJob]:
 
 
 def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
-          args_limit: int = payload.MAX_ARGS_BYTES) -> list[ClaimedJob]:
+          args_limit: int = payload.MAX_ARGS_BYTES, held: int | None = None,
+          held_solo: bool | None = None) -> list[ClaimedJob]:
+    """Claim up to `limit` due jobs. `held` / `held_solo`: how many jobs the worker runs
+    and whether one of them is solo; None counts the worker's running rows instead."""
     return _many(conn, "claim",
                  {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
-                  "args_limit": args_limit}, ClaimedJob)
+                  "args_limit": args_limit, "held": held, "held_solo": held_solo},
+                 ClaimedJob)
+
+
+def complete_and_claim(
+    conn: Conn, *, queue: str, done: Sequence[tuple[int, int]], limit: int, worker: str,
+    lease: float, held: int, held_solo: bool, args_limit: int = payload.MAX_ARGS_BYTES,
+) -> tuple[set[int], list[ClaimedJob]]:
+    """complete_succeeded of the (id, attempt) pairs and claim, in one statement; returns
+    the ids this worker still held and the jobs claimed. `held` / `held_solo` describe the
+    jobs the worker keeps running besides `done`."""
+    rows = _many(conn, "complete_and_claim",
+                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
+                  "args_limit": args_limit, "held": held, "held_solo": held_solo,
+                  "ids": [d[0] for d in done], "attempts": [d[1] for d in done]},
+                 DoneOrClaimed)
+    completed = {row.id for row in rows if not row.claimed}
+    claimed = [_claimed(row) for row in rows if row.claimed]
+    return completed, claimed
+
+
+def _claimed(row: DoneOrClaimed) -> ClaimedJob:
+    assert row.task is not None and row.attempt is not None
+    assert row.max_attempts is not None and row.args_size is not None
+    return ClaimedJob(id=row.id, task=row.task, args=row.args, attempt=row.attempt,
+                      max_attempts=row.max_attempts, args_size=row.args_size,
+                      wait_seconds=row.wait_seconds or 0.0, solo=bool(row.solo))
 
 
 def complete_succeeded(

@@ -42,7 +42,10 @@ SELECT j.task, j.unique_key, j.id
 -- another worker holds, then lease them in the same statement. A paused queue yields none.
 -- A solo job (migration 0007) goes only to a worker that holds nothing, alone; a worker
 -- holding one claims nothing more. A solo job among the locked rows stops a busy
--- worker's claim, so the worker drains and takes it next.
+-- worker's claim, so the worker drains and takes it next. What the worker holds comes as
+-- held / held_solo (the worker knows the jobs running in its process, which is what
+-- containment is about); NULL counts its running rows instead, a scan of every running
+-- row that a worker claiming thousands of times a second should not pay.
 WITH held AS MATERIALIZED (
     SELECT count(*) AS jobs, coalesce(bool_or(solo), false) AS solo FROM pgfleet.jobs
      WHERE lease_holder = %(worker)s AND state = 'running'
@@ -50,7 +53,7 @@ WITH held AS MATERIALIZED (
     SELECT id, solo FROM pgfleet.jobs
      WHERE queue = %(queue)s AND state = 'queued' AND run_at <= now()
        AND NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
-       AND NOT (SELECT h.solo FROM held h)
+       AND NOT coalesce(%(held_solo)s::bool, (SELECT h.solo FROM held h))
      ORDER BY priority, run_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -62,23 +65,70 @@ UPDATE pgfleet.jobs j
  WHERE j.id = c.id
    AND (NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
         OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1)
-            AND (SELECT h.jobs FROM held h) = 0))
+            AND coalesce(%(held)s::bigint, (SELECT h.jobs FROM held h)) = 0))
 RETURNING j.id, j.task,
           -- Args travel as text, and only within the limit: the worker decodes each job's
           -- args in its executor thread, so a hostile row (nested 2,000 deep, 60 MB) fails
           -- that job alone and is never loaded into the worker's memory.
           CASE WHEN octet_length(j.args::text) <= %(args_limit)s THEN j.args::text END AS args,
           j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
-          extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds
+          extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds, j.solo
 
 -- name: complete_succeeded :many
--- R2: fenced by holder and attempt; a job whose lease was taken over is not touched.
+-- R2: fenced by holder and attempt; a job whose lease was taken over is not touched. The
+-- row is found by its primary key alone (migration 0011 dropped the holder index, whose
+-- dead entries a completion used to walk); holder, attempt and state are checked on it.
 UPDATE pgfleet.jobs j
    SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL
   FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
  WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id
+
+-- name: complete_and_claim :many
+-- complete_succeeded and claim in one autocommit statement: one round trip and one commit
+-- per batch instead of BEGIN, two statements and COMMIT. Both parts see the same snapshot
+-- and touch different rows (running ones, queued ones). The completion is fenced exactly
+-- like complete_succeeded and the claim is claim's, held / held_solo given by the worker
+-- (the jobs it keeps running after this batch). Rows: the ids completed (claimed false),
+-- then the jobs claimed.
+WITH done AS (
+    UPDATE pgfleet.jobs j
+       SET state = 'succeeded', finished_at = now(), lease_holder = NULL,
+           lease_expires_at = NULL
+      FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
+     WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+       AND j.lease_holder = %(worker)s
+    RETURNING j.id
+), c AS MATERIALIZED (
+    SELECT id, solo FROM pgfleet.jobs
+     WHERE queue = %(queue)s AND state = 'queued' AND run_at <= now()
+       AND NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
+       AND NOT %(held_solo)s::bool
+     ORDER BY priority, run_at, id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE pgfleet.jobs j
+       SET state = 'running', attempt = j.attempt + 1, lease_holder = %(worker)s,
+           lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now()
+      FROM c
+     WHERE j.id = c.id
+       AND (NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
+            OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1) AND %(held)s::bigint = 0))
+    RETURNING j.id, j.task,
+              CASE WHEN octet_length(j.args::text) <= %(args_limit)s
+                   THEN j.args::text END AS args,
+              j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
+              extract(epoch FROM now() - j.run_at)::float8 AS wait_seconds, j.solo
+)
+SELECT id, false AS claimed, NULL::text AS task, NULL::text AS args, NULL::int AS attempt,
+       NULL::int AS max_attempts, NULL::int AS args_size, NULL::float8 AS wait_seconds,
+       NULL::bool AS solo
+  FROM done
+UNION ALL
+SELECT id, true, task, args, attempt, max_attempts, args_size, wait_seconds, solo
+  FROM claimed
 
 -- name: complete_failed :many
 -- A failure retries after the given delay, or ends dead when attempts are spent or the

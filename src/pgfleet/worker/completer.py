@@ -69,26 +69,46 @@ class Completer:
         successes = [(o.running.job.id, o.running.job.attempt) for o in batch if o.error is None]
         failures = [self._failure(o) for o in batch if o.error is not None]
         claimed: list[store.ClaimedJob] | None = None
+        states: dict[int, store.JobState]
         if claim_limit > 0:
-            with conn.transaction():
-                held = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
-                states = store.complete_failed(conn, worker=self.worker_id, failures=failures)
-                claimed = store.claim(conn, queue=self.queue, limit=claim_limit,
-                                      worker=self.worker_id, lease=lease,
-                                      args_limit=self.executor.args_limit)
+            held, held_solo = self.held_besides(batch)
+            if failures:
+                with conn.transaction():
+                    done = store.complete_succeeded(conn, worker=self.worker_id,
+                                                    done=successes)
+                    states = store.complete_failed(conn, worker=self.worker_id,
+                                                   failures=failures)
+                    claimed = store.claim(conn, queue=self.queue, limit=claim_limit,
+                                          worker=self.worker_id, lease=lease,
+                                          args_limit=self.executor.args_limit,
+                                          held=held, held_solo=held_solo)
+            else:
+                # The common batch: one statement, one round trip, one commit.
+                states = {}
+                done, claimed = store.complete_and_claim(
+                    conn, queue=self.queue, done=successes, limit=claim_limit,
+                    worker=self.worker_id, lease=lease, held=held, held_solo=held_solo,
+                    args_limit=self.executor.args_limit)
         else:
-            held = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
+            done = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
             states = store.complete_failed(conn, worker=self.worker_id, failures=failures)
         self.pending = []
         # Counters move once per batch and label set: at high load a flush serves dozens
         # of jobs, and each metric update takes a lock and a file write.
         counts: Counter[tuple[Any, tuple[str, ...]]] = Counter()
         for outcome in batch:
-            for key in self._account(outcome, held, states):
+            for key in self._account(outcome, done, states):
                 counts[key] += 1
         for (metric, labels), count in counts.items():
             self.metric(metric, *labels).inc(count)
         return Flushed(len(batch), claimed, claim_limit)
+
+    def held_besides(self, batch: list[Outcome]) -> tuple[int, bool]:
+        """The jobs this process keeps running besides `batch`, and whether one of them
+        is solo: what the claim must know to contain crashes."""
+        ending = {o.running.job.id for o in batch}
+        others = [r for job_id, r in self.executor.running.items() if job_id not in ending]
+        return len(others), any(r.job.solo for r in others)
 
     def any_timed_out(self) -> bool:
         return any(o.timed_out for o in self.pending)

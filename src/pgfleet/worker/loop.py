@@ -255,9 +255,10 @@ class Worker(ChildProcess):
         assert self.conn is not None
         limit = self._free_slots()
         self.notified = False  # before the claim: one arriving during it asks for another
+        held, held_solo = self.completer.held_besides([])
         jobs = store.claim(self.conn, queue=self.s.queue, limit=limit,
                            worker=self.s.worker_id, lease=self.s.lease,
-                           args_limit=self.s.args_limit)
+                           args_limit=self.s.args_limit, held=held, held_solo=held_solo)
         self._hand_out(jobs, limit)
 
     def _flush(self) -> None:
