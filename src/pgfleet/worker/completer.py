@@ -96,11 +96,15 @@ class Completer:
         # Counters move once per batch and label set: at high load a flush serves dozens
         # of jobs, and each metric update takes a lock and a file write.
         counts: Counter[tuple[Any, tuple[str, ...]]] = Counter()
+        durations: dict[str, list[float]] = {}
         for outcome in batch:
+            durations.setdefault(outcome.running.label, []).append(outcome.seconds)
             for key in self._account(outcome, done, states):
                 counts[key] += 1
         for (metric, labels), count in counts.items():
             self.metric(metric, *labels).inc(count)
+        for label, seconds in durations.items():
+            metrics.observe_many(self.metric(metrics.job_duration, self.queue, label), seconds)
         return Flushed(len(batch), claimed, claim_limit)
 
     def held_besides(self, batch: list[Outcome]) -> tuple[int, bool]:
@@ -130,7 +134,6 @@ class Completer:
         self.executor.release(job.id)
         self.jobs_done += 1
         queue, label = self.queue, running.label
-        self.metric(metrics.job_duration, queue, label).observe(outcome.seconds)
         if outcome.error is None and job.id in held:
             return [(metrics.jobs_finished, (queue, label, "succeeded"))]
         if outcome.error is not None and job.id in states:

@@ -299,8 +299,10 @@ class Worker(ChildProcess):
         self.events.polls += 1
         started: Counter[str] = Counter()
         for job in jobs:
-            self.metric(metrics.job_wait, self.s.queue).observe(max(0.0, job.wait_seconds))
             started[self.executor.submit(job, self.s.registry, self.s.timeout)] += 1
+        if jobs:
+            metrics.observe_many(self.metric(metrics.job_wait, self.s.queue),
+                                 [max(0.0, job.wait_seconds) for job in jobs])
         for label, count in started.items():
             self.metric(metrics.jobs_started, self.s.queue, label).inc(count)
 
