@@ -35,6 +35,8 @@ class ClaimedJob:
     args_size: int
     wait_seconds: float
     solo: bool  # runs only alone in its process (crash containment, migration 0007)
+    priority: int
+    run_at: datetime
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class DoneOrClaimed:
     args_size: int | None
     wait_seconds: float | None
     solo: bool | None
+    priority: int | None
+    run_at: datetime | None
 
 
 

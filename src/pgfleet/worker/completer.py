@@ -59,7 +59,7 @@ class Completer:
         self.pending.append(outcome)
 
     def flush(self, conn: psycopg.Connection[Any], *, claim_limit: int,
-              lease: float) -> Flushed:
+              lease: float, after: store.ClaimKey | None = None) -> Flushed:
         """Commit every pending outcome in at most two statements. With claim_limit > 0
         the claim joins the completions' transaction: one commit (one WAL flush) instead
         of two per batch."""
@@ -81,14 +81,14 @@ class Completer:
                     claimed = store.claim(conn, queue=self.queue, limit=claim_limit,
                                           worker=self.worker_id, lease=lease,
                                           args_limit=self.executor.args_limit,
-                                          held=held, held_solo=held_solo)
+                                          held=held, held_solo=held_solo, after=after)
             else:
                 # The common batch: one statement, one round trip, one commit.
                 states = {}
                 done, claimed = store.complete_and_claim(
                     conn, queue=self.queue, done=successes, limit=claim_limit,
                     worker=self.worker_id, lease=lease, held=held, held_solo=held_solo,
-                    args_limit=self.executor.args_limit)
+                    args_limit=self.executor.args_limit, after=after)
         else:
             done = store.complete_succeeded(conn, worker=self.worker_id, done=successes)
             states = store.complete_failed(conn, worker=self.worker_id, failures=failures)

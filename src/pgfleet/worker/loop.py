@@ -31,6 +31,7 @@ from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
+from pgfleet.worker.claim_cursor import ClaimCursor
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.events import WorkerEvents
 from pgfleet.worker.executor import Executor, Running, WorkerStopping
@@ -85,6 +86,7 @@ class Worker(ChildProcess):
         self.listener: Listener | None = None
         self.claim_due = True
         self.next_poll = 0.0
+        self.cursor = ClaimCursor(settings.poll_interval)
         # A notification asks for a claim, but no sooner than NOTIFY_GAP after the last:
         # any role may NOTIFY the channel, and a flood must not become a flood of claims.
         self.notified = False
@@ -254,11 +256,13 @@ class Worker(ChildProcess):
     def _claim(self) -> None:
         assert self.conn is not None
         limit = self._free_slots()
+        after = self.cursor.start(time.monotonic(), self.notified)
         self.notified = False  # before the claim: one arriving during it asks for another
         held, held_solo = self.completer.held_besides([])
         jobs = store.claim(self.conn, queue=self.s.queue, limit=limit,
                            worker=self.s.worker_id, lease=self.s.lease,
-                           args_limit=self.s.args_limit, held=held, held_solo=held_solo)
+                           args_limit=self.s.args_limit, held=held, held_solo=held_solo,
+                           after=after)
         self._hand_out(jobs, limit)
 
     def _flush(self) -> None:
@@ -277,10 +281,12 @@ class Worker(ChildProcess):
             and not self.completer.any_timed_out()
             and (self.job_limit is None or done + pending < self.job_limit)
         )
+        after = None
         if claim:
+            after = self.cursor.start(time.monotonic(), self.notified)
             self.notified = False
         flushed = self.completer.flush(self.conn, claim_limit=limit if claim else 0,
-                                       lease=self.s.lease)
+                                       lease=self.s.lease, after=after)
         self.events.completed += flushed.committed
         if self.job_limit is not None and self.completer.jobs_done >= self.job_limit:
             self.recycle_reason = self.recycle_reason or f"{self.completer.jobs_done} jobs done"
@@ -293,6 +299,7 @@ class Worker(ChildProcess):
         """Give claimed jobs to the executor threads."""
         # A full batch suggests more are waiting: claim again as soon as a slot frees.
         self.claim_due = len(jobs) == limit
+        self.cursor.claimed(jobs, limit)
         now = time.monotonic()
         self.next_poll = now + self.s.poll_interval
         self.next_notified_claim = now + NOTIFY_GAP
