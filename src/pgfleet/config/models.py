@@ -4,7 +4,7 @@ relations between keys that must hold. Their field defaults are pgfleet's defaul
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
@@ -134,7 +134,11 @@ class QueueConfig(BaseModel):
     poll_interval: PositiveDuration | None = Field(
         default=None, description="Polling period of this queue; defaults to the top-level one."
     )
-    prefetch: Int = Field(default=0, ge=0, le=1000, description="Jobs claimed beyond free slots.")
+    prefetch: Annotated[Int, Field(ge=0, le=1000)] | Literal["auto"] = Field(
+        default="auto",
+        description="Jobs claimed beyond free slots; auto: enough to keep the threads busy "
+                    "through one round trip, from the measured job time (claims of at most 100).",
+    )
     tasks: list[ModuleName] = Field(
         default_factory=list, description="Extra task modules only this queue imports."
     )

@@ -4,6 +4,7 @@ commit. A job's slot is freed only once its outcome is committed."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ class Flushed:
     committed: int
     claimed: list[store.ClaimedJob] | None
     claim_limit: int
+    job_seconds: list[float]  # run time of each job of the batch
 
 
 class Completer:
@@ -50,10 +52,14 @@ class Completer:
         self.executor = executor
         self.metric = metric
         self.pending: list[Outcome] = []  # outcomes not yet committed
+        self.since = 0.0  # when the oldest pending outcome was collected
         self.jobs_done = 0
 
     def collect(self) -> None:
-        self.pending.extend(self.executor.finished())
+        found = self.executor.finished()
+        if found and not self.pending:
+            self.since = time.monotonic()
+        self.pending.extend(found)
 
     def add(self, outcome: Outcome) -> None:
         self.pending.append(outcome)
@@ -65,7 +71,7 @@ class Completer:
         of two per batch."""
         batch = self.pending
         if not batch:
-            return Flushed(0, None, 0)
+            return Flushed(0, None, 0, [])
         successes = [(o.running.job.id, o.running.job.attempt) for o in batch if o.error is None]
         failures = [self._failure(o) for o in batch if o.error is not None]
         claimed: list[store.ClaimedJob] | None = None
@@ -105,7 +111,7 @@ class Completer:
             self.metric(metric, *labels).inc(count)
         for label, seconds in durations.items():
             metrics.observe_many(self.metric(metrics.job_duration, self.queue, label), seconds)
-        return Flushed(len(batch), claimed, claim_limit)
+        return Flushed(len(batch), claimed, claim_limit, [o.seconds for o in batch])
 
     def held_besides(self, batch: list[Outcome]) -> tuple[int, bool]:
         """The jobs this process keeps running besides `batch`, and whether one of them

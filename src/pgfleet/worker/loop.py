@@ -31,7 +31,7 @@ from pgfleet.db import connect, scrub
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
-from pgfleet.worker.claim_cursor import ClaimCursor
+from pgfleet.worker.batching import FLUSH_DELAY, Batching
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.events import WorkerEvents
 from pgfleet.worker.executor import Executor, Running, WorkerStopping
@@ -86,7 +86,8 @@ class Worker(ChildProcess):
         self.listener: Listener | None = None
         self.claim_due = True
         self.next_poll = 0.0
-        self.cursor = ClaimCursor(settings.poll_interval)
+        self.batching = Batching(threads=settings.threads, prefetch=settings.prefetch,
+                                 poll_interval=settings.poll_interval)
         # A notification asks for a claim, but no sooner than NOTIFY_GAP after the last:
         # any role may NOTIFY the channel, and a flood must not become a flood of claims.
         self.notified = False
@@ -156,7 +157,7 @@ class Worker(ChildProcess):
                     log.info("worker %s recycling: %s", self.s.worker_id, self.recycle_reason)
                 return
             self._database_phase(now)
-            self._show_status()
+            _show_status(self)
             if not self._done(time.monotonic()):
                 self.wakeup.wait(self._wait_time())
 
@@ -173,6 +174,8 @@ class Worker(ChildProcess):
         horizon = min(self.next_poll, self.leases.next_renewal)
         if self.notified:
             horizon = min(horizon, self.next_notified_claim)
+        if self.completer.pending:
+            horizon = min(horizon, self.completer.since + FLUSH_DELAY)
         if self.conn is None:
             horizon = self.reconnect.not_before
         return max(0.0, min(horizon - time.monotonic(), BEAT_EVERY))
@@ -251,19 +254,21 @@ class Worker(ChildProcess):
                 or (self.notified and now >= self.next_notified_claim))
 
     def _free_slots(self) -> int:
-        return self.s.threads + self.s.prefetch - len(self.running)
+        return self.batching.capacity() - len(self.running)
 
     def _claim(self) -> None:
         assert self.conn is not None
         limit = self._free_slots()
-        after = self.cursor.start(time.monotonic(), self.notified)
+        start = time.monotonic()
+        after = self.batching.cursor.start(start, self.notified)
         self.notified = False  # before the claim: one arriving during it asks for another
         held, held_solo = self.completer.held_besides([])
         jobs = store.claim(self.conn, queue=self.s.queue, limit=limit,
                            worker=self.s.worker_id, lease=self.s.lease,
                            args_limit=self.s.args_limit, held=held, held_solo=held_solo,
                            after=after)
-        self._hand_out(jobs, limit)
+        self.batching.auto.round_trip(time.monotonic() - start)
+        _hand_out(self, jobs, limit)
 
     def _flush(self) -> None:
         """Commit the collected outcomes. The claim joins their transaction when the loop
@@ -272,6 +277,12 @@ class Worker(ChildProcess):
         when the batch brings the worker to max_jobs."""
         pending = len(self.completer.pending)
         if not pending or self.conn is None:
+            return
+        start = time.monotonic()
+        if (self.stop_mode is None and not self.recycle_reason
+                and not self.completer.any_timed_out()
+                and self.batching.may_defer(pending=pending, waiting=self.executor.todo.qsize(),
+                                            since=self.completer.since, now=start)):
             return
         limit = self._free_slots() + pending  # every outcome of the batch frees a slot
         done = self.completer.jobs_done
@@ -283,35 +294,19 @@ class Worker(ChildProcess):
         )
         after = None
         if claim:
-            after = self.cursor.start(time.monotonic(), self.notified)
+            after = self.batching.cursor.start(start, self.notified)
             self.notified = False
         flushed = self.completer.flush(self.conn, claim_limit=limit if claim else 0,
                                        lease=self.s.lease, after=after)
+        self.batching.auto.round_trip(time.monotonic() - start)
+        self.batching.auto.jobs_ran(flushed.job_seconds)
         self.events.completed += flushed.committed
         if self.job_limit is not None and self.completer.jobs_done >= self.job_limit:
             self.recycle_reason = self.recycle_reason or f"{self.completer.jobs_done} jobs done"
         if flushed.claimed is not None:
             # After the accounting: a failed job requeued without delay can come back in
             # this very claim, under the same id.
-            self._hand_out(flushed.claimed, flushed.claim_limit)
-
-    def _hand_out(self, jobs: list[store.ClaimedJob], limit: int) -> None:
-        """Give claimed jobs to the executor threads."""
-        # A full batch suggests more are waiting: claim again as soon as a slot frees.
-        self.claim_due = len(jobs) == limit
-        self.cursor.claimed(jobs, limit)
-        now = time.monotonic()
-        self.next_poll = now + self.s.poll_interval
-        self.next_notified_claim = now + NOTIFY_GAP
-        self.events.polls += 1
-        started: Counter[str] = Counter()
-        for job in jobs:
-            started[self.executor.submit(job, self.s.registry, self.s.timeout)] += 1
-        if jobs:
-            metrics.observe_many(self.metric(metrics.job_wait, self.s.queue),
-                                 [max(0.0, job.wait_seconds) for job in jobs])
-        for label, count in started.items():
-            self.metric(metrics.jobs_started, self.s.queue, label).inc(count)
+            _hand_out(self, flushed.claimed, flushed.claim_limit)
 
     def _renew(self) -> None:
         assert self.conn is not None
@@ -355,22 +350,42 @@ class Worker(ChildProcess):
             self.notified = True
             self.wakeup.poke()
 
-    def _show_status(self) -> None:
-        busy = len(self.running)
-        # The supervisor's count of this queue's workers changes with TTIN/TTOU.
-        peers = self.beacon.peers() if self.beacon is not None else 0
-        if (busy, peers) == (self.shown_busy, self.shown_peers):
-            return  # the loop can turn thousands of times a second; write only changes
-        if busy != self.shown_busy:
-            metrics.workers_busy.labels(self.s.queue).set(busy)
-        self.shown_busy, self.shown_peers = busy, peers
-        if self.s.title is not None:
-            self.s.title(f"{busy} jobs")
-
     # ---- stopping ------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
         _shut_down(self)
+
+
+def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
+    """Give claimed jobs to the executor threads."""
+    # A full batch suggests more are waiting: claim again as soon as a slot frees.
+    worker.claim_due = len(jobs) == limit
+    worker.batching.cursor.claimed(jobs, limit)
+    now = time.monotonic()
+    worker.next_poll = now + worker.s.poll_interval
+    worker.next_notified_claim = now + NOTIFY_GAP
+    worker.events.polls += 1
+    started: Counter[str] = Counter()
+    for job in jobs:
+        started[worker.executor.submit(job, worker.s.registry, worker.s.timeout)] += 1
+    if jobs:
+        metrics.observe_many(worker.metric(metrics.job_wait, worker.s.queue),
+                             [max(0.0, job.wait_seconds) for job in jobs])
+    for label, count in started.items():
+        worker.metric(metrics.jobs_started, worker.s.queue, label).inc(count)
+
+
+def _show_status(worker: Worker) -> None:
+    busy = len(worker.running)
+    # The supervisor's count of this queue's workers changes with TTIN/TTOU.
+    peers = worker.beacon.peers() if worker.beacon is not None else 0
+    if (busy, peers) == (worker.shown_busy, worker.shown_peers):
+        return  # the loop can turn thousands of times a second; write only changes
+    if busy != worker.shown_busy:
+        metrics.workers_busy.labels(worker.s.queue).set(busy)
+    worker.shown_busy, worker.shown_peers = busy, peers
+    if worker.s.title is not None:
+        worker.s.title(f"{busy} jobs")
 
 
 def _shut_down(worker: Worker) -> None:
