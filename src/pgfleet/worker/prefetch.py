@@ -43,4 +43,5 @@ class AutoPrefetch:
         if self.job_seconds is None or self.trip_seconds is None or not room:
             return 0
         per_trip = self.threads * ROUND_TRIPS * self.trip_seconds / max(self.job_seconds, 1e-6)
-        return min(room, math.ceil(per_trip))
+        # Rounded: under half a job per two round trips (long jobs) is none.
+        return min(room, math.floor(per_trip + 0.5))
