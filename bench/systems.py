@@ -207,7 +207,9 @@ def steadiness(counts: list[int]) -> float | None:
     whole = counts[:-1]
     if len(whole) < 2:
         return None
-    return min(whole) / statistics.median(whole)
+    middle = statistics.median(whole)
+    # Half the seconds or more without a completion (a stalled run): as unsteady as it gets.
+    return min(whole) / middle if middle else 0.0
 
 
 def drain(db: Database, setup: Setup, n: int, mode: str, idle: float = 0.5) -> dict[str, Any]:
