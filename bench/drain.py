@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from bench.common import BENCH_DIR, Database, log, machine, summary
-from bench.systems import MODES, PROCESSES, Setup, drain, install_pgqueuer
+from bench.systems import AUTO, MODES, PROCESSES, Setup, drain, install_pgqueuer
 
 QUICK = {"sweep_jobs": 10_000, "sweep_rounds": 1, "jobs": 50_000, "rounds": 3,
          "peer_drivers_in_rounds": False}
@@ -44,6 +44,7 @@ def sweep_setups() -> list[Setup]:
         out += [Setup("pgfleet", batch, PGFLEET_THREADS), Setup("pgqueuer-asyncpg", batch),
                 Setup("pgqueuer-psycopg", batch)]
     out.append(Setup("pgfleet", 32, 16))  # the old bench setting: 16 threads, prefetch 16
+    out.append(Setup("pgfleet", AUTO, PGFLEET_THREADS))  # the default prefetch: auto
     return out
 
 

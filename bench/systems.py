@@ -34,6 +34,10 @@ PROCESSES = 2
 SYSTEMS = ("pgfleet", "pgqueuer-asyncpg", "pgqueuer-psycopg", "bare-asyncpg")
 
 
+# Setup.batch of pgfleet with prefetch auto (claims sized by the worker, at most 100).
+AUTO = 0
+
+
 @dataclass(frozen=True)
 class Setup:
     """A system at one setting. batch: the most jobs one claim can take (pgfleet:
@@ -45,6 +49,8 @@ class Setup:
 
     @property
     def label(self) -> str:
+        if self.system == "pgfleet" and self.batch == AUTO:
+            return f"pgfleet threads={self.threads} prefetch=auto (the default)"
         if self.system == "pgfleet":
             return (f"pgfleet threads={self.threads} prefetch={self.batch - self.threads}"
                     f" (claims <= {self.batch})")
@@ -137,8 +143,9 @@ def _processes(argvs: list[list[str]], name: str) -> Iterator[list[subprocess.Po
 @contextmanager
 def _workers(db: Database, setup: Setup) -> Iterator[list[subprocess.Popen[bytes]]]:
     if setup.system == "pgfleet":
+        prefetch = "auto" if setup.batch == AUTO else setup.batch - setup.threads
         config = write_config("drain", {"processes": PROCESSES, "threads": setup.threads,
-                                        "prefetch": setup.batch - setup.threads})
+                                        "prefetch": prefetch})
         with supervisor(db, config, PROCESSES):
             yield []
     elif setup.is_pgqueuer:
@@ -200,7 +207,9 @@ def steadiness(counts: list[int]) -> float | None:
     whole = counts[:-1]
     if len(whole) < 2:
         return None
-    return min(whole) / statistics.median(whole)
+    middle = statistics.median(whole)
+    # Half the seconds or more without a completion (a stalled run): as unsteady as it gets.
+    return min(whole) / middle if middle else 0.0
 
 
 def drain(db: Database, setup: Setup, n: int, mode: str, idle: float = 0.5) -> dict[str, Any]:

@@ -42,6 +42,10 @@ def publish_limits(conn: Conn, *, published_by: str,
     })
 
 
+def queue_has_limits(conn: Conn, queue: str) -> bool:
+    return bool(_scalar(conn, "queue_has_limits", {"queue": queue}))
+
+
 def flow_usage(conn: Conn) -> list[FlowUsage]:
     return _many(conn, "flow_usage", None, FlowUsage)
 

@@ -43,7 +43,29 @@ class ClaimedJob:
     max_attempts: int
     args_size: int
     wait_seconds: float
+    solo: bool  # runs only alone in its process (crash containment, migration 0007)
+    priority: int
+    run_at: datetime
     meta: str | None = None  # JSON text of the job's meta; None when it is empty
+
+
+@dataclass(frozen=True)
+class DoneOrClaimed:
+    """A row of complete_and_claim: a completed id (claimed false, the rest NULL) or a
+    claimed job."""
+
+    id: int
+    claimed: bool
+    task: str | None
+    args: str | None
+    attempt: int | None
+    max_attempts: int | None
+    args_size: int | None
+    wait_seconds: float | None
+    solo: bool | None
+    priority: int | None
+    run_at: datetime | None
+    meta: str | None
 
 
 

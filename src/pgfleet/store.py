@@ -22,6 +22,7 @@ from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
 from pgfleet.rows import (
     CancelledJob as CancelledJob,
     ClaimedJob as ClaimedJob,
+    DoneOrClaimed as DoneOrClaimed,
     Enqueued as Enqueued,
     Failure as Failure,
     FireTime as FireTime,
@@ -56,6 +57,8 @@ from pgfleet.rows import (
 Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 Row = TypeVar("Row")
+# A position in claim order: (priority, run_at, id).
+ClaimKey = tuple[int, datetime, int]
 Params = Mapping[str, Any] | None
 
 # Give-backs of one job that do not count as attempts (migration 0008); later ones do, so
@@ -251,10 +254,51 @@ async def enqueue_many_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -
 
 
 def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
-          args_limit: int = payload.MAX_ARGS_BYTES) -> list[ClaimedJob]:
+          args_limit: int = payload.MAX_ARGS_BYTES, held: int | None = None,
+          held_solo: bool | None = None, after: ClaimKey | None = None) -> list[ClaimedJob]:
+    """Claim up to `limit` due jobs, in claim order past `after` (None: from the head).
+    `held` / `held_solo`: how many jobs the worker runs and whether one of them is solo;
+    None counts the worker's running rows instead."""
     return _many(conn, "claim",
                  {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
-                  "args_limit": args_limit}, ClaimedJob)
+                  "args_limit": args_limit, "held": held, "held_solo": held_solo,
+                  **_after(after)},
+                 ClaimedJob)
+
+
+def _after(key: ClaimKey | None) -> dict[str, Any]:
+    priority, run_at, id = key if key is not None else (None, None, None)
+    return {"after_priority": priority, "after_run_at": run_at, "after_id": id}
+
+
+def complete_and_claim(
+    conn: Conn, *, queue: str, done: Sequence[tuple[int, int]], limit: int, worker: str,
+    lease: float, held: int, held_solo: bool, args_limit: int = payload.MAX_ARGS_BYTES,
+    after: ClaimKey | None = None, results: Sequence[str | None] | None = None,
+) -> tuple[set[int], list[ClaimedJob]]:
+    """complete_succeeded of the (id, attempt) pairs (with their results) and claim, in one
+    statement; returns the ids this worker still held and the jobs claimed. `held` /
+    `held_solo` describe the jobs the worker keeps running besides `done`."""
+    rows = _many(conn, "complete_and_claim",
+                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
+                  "args_limit": args_limit, "held": held, "held_solo": held_solo,
+                  "ids": [d[0] for d in done], "attempts": [d[1] for d in done],
+                  "results": list(results) if results is not None else [None] * len(done),
+                  **_after(after)},
+                 DoneOrClaimed)
+    completed = {row.id for row in rows if not row.claimed}
+    claimed = [_claimed(row) for row in rows if row.claimed]
+    return completed, claimed
+
+
+def _claimed(row: DoneOrClaimed) -> ClaimedJob:
+    assert row.task is not None and row.attempt is not None
+    assert row.max_attempts is not None and row.args_size is not None
+    assert row.priority is not None and row.run_at is not None
+    return ClaimedJob(id=row.id, task=row.task, args=row.args, attempt=row.attempt,
+                      max_attempts=row.max_attempts, args_size=row.args_size,
+                      wait_seconds=row.wait_seconds or 0.0, solo=bool(row.solo),
+                      priority=row.priority, run_at=row.run_at, meta=row.meta)
 
 
 def claim_limited(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,

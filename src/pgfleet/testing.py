@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -138,6 +139,7 @@ class EagerRuns:
             job = ClaimedJob(id=job_id, task=spec.task, args=spec.args_json, attempt=1,
                              max_attempts=spec.max_attempts or 1,
                              args_size=len(spec.args_json.encode()), wait_seconds=0.0,
+                             solo=False, priority=0, run_at=datetime.now(UTC),
                              meta=spec.meta_json)
             ran = _run_eagerly(job, queue, self.registry or load_registry([]))
             self.outcomes.append(JobOutcome(

@@ -3,6 +3,7 @@ against a real database, raced from many connections at once."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -308,3 +309,30 @@ def test_the_worker_uses_the_limited_claim_for_a_limited_queue(dsn: str) -> None
     # One key, one at a time, in enqueue order.
     assert [r[1] for r in rows] == ids
     assert published == (1,)
+
+
+def test_a_lone_worker_without_limits_of_its_own_follows_the_published_ones(
+        dsn: str) -> None:
+    # Outside trial: a `pgfleet worker` (no supervisor, no limits in its settings) beside
+    # a fleet ran 4 jobs at once on a queue published with global_concurrency 1.
+    from tests.support.workers import worker_process
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        fleet_store.publish_limits(conn, published_by="supervisor-a",
+                                   limits={Q: FlowLimits(global_concurrency=1)})
+    ids = [pgfleet.enqueue(dsn, "sleep", {"seconds": 0.3}, queue=Q) for _ in range(6)]
+    worker = worker_process(dsn, Q, "--threads", "4")
+    try:
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pgfleet.jobs"
+                                     " WHERE state = 'succeeded'") == len(ids), timeout=60)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    with psycopg.connect(dsn) as c:
+        spans = c.execute(
+            "SELECT min(at) FILTER (WHERE event = 'started'),"
+            "       max(at) FILTER (WHERE event = 'finished') FROM audit"
+            " GROUP BY job_id ORDER BY 1").fetchall()
+    assert len(spans) == len(ids)
+    # Never two at once: each run starts after the one before it finished.
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))

@@ -55,6 +55,6 @@ def test_file_errors_name_the_key_and_line() -> None:
 def test_prefetch_is_refused_on_a_limited_queue() -> None:
     errors = errors_of("queues:\n  api:\n    prefetch: 4\n    rate_limit: 10/s\n")
     assert errors == [
-        "pgfleet.yaml:3: queues.api.prefetch: prefetch must be 0 on a queue with"
+        "pgfleet.yaml:3: queues.api.prefetch: prefetch must be 0 or auto on a queue with"
         " global_concurrency, rate_limit or key_concurrency: prefetched jobs would hold"
         " slots no thread runs"]

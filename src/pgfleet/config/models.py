@@ -4,7 +4,7 @@ relations between keys that must hold. Their field defaults are pgfleet's defaul
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
@@ -137,7 +137,11 @@ class QueueConfig(BaseModel):
     poll_interval: PositiveDuration | None = Field(
         default=None, description="Polling period of this queue; defaults to the top-level one."
     )
-    prefetch: Int = Field(default=0, ge=0, le=1000, description="Jobs claimed beyond free slots.")
+    prefetch: Annotated[Int, Field(ge=0, le=1000)] | Literal["auto"] = Field(
+        default="auto",
+        description="Jobs claimed beyond free slots; auto: enough to keep the threads busy "
+                    "through one round trip, from the measured job time (claims of at most 100).",
+    )
     tasks: list[ModuleName] = Field(
         default_factory=list, description="Extra task modules only this queue imports."
     )
@@ -172,11 +176,12 @@ class QueueConfig(BaseModel):
     @model_validator(mode="after")
     def _no_prefetch_under_limits(self) -> QueueConfig:
         # A prefetched job is running in the database while it waits for a thread: it
-        # would hold a global or per-key slot, and spend a start of the rate, idle.
-        if self.prefetch and self.flow_limits() is not None:
+        # would hold a global or per-key slot, and spend a start of the rate, idle. The
+        # default, auto, prefetches nothing on such a queue (pgfleet.worker.claims).
+        if self.prefetch not in (0, "auto") and self.flow_limits() is not None:
             relation_error(
                 "QueueConfig", ("prefetch",),
-                "prefetch must be 0 on a queue with global_concurrency, rate_limit or "
+                "prefetch must be 0 or auto on a queue with global_concurrency, rate_limit or "
                 "key_concurrency: prefetched jobs would hold slots no thread runs",
                 self.prefetch,
             )

@@ -40,7 +40,17 @@ SELECT k.task, k.unique_key, k.id
 -- another worker holds, then lease them in the same statement. A paused queue yields none.
 -- A solo job (migration 0007) goes only to a worker that holds nothing, alone; a worker
 -- holding one claims nothing more. A solo job among the locked rows stops a busy
--- worker's claim, so the worker drains and takes it next.
+-- worker's claim, so the worker drains and takes it next. after_*: the claim key
+-- (priority, run_at, id) to start past, the last row of the worker's previous full claim
+-- (NULL: from the head). Every claimed row leaves a dead entry at the head of
+-- jobs_claim_idx that nothing removes during a drain (autovacuum ran 0 times in each drain
+-- measured), and a claim from the head steps over all of them: 500-800 pages per claim
+-- after 40,000-100,000 jobs. The worker goes back to the head when a claim comes back
+-- short, on a notification and once per poll interval (pgfleet.worker.claim_cursor).
+-- What the worker holds comes as
+-- held / held_solo (the worker knows the jobs running in its process, which is what
+-- containment is about); NULL counts its running rows instead, a scan of every running
+-- row that a worker claiming thousands of times a second should not pay.
 WITH held AS MATERIALIZED (
     SELECT count(*) AS jobs, coalesce(bool_or(solo), false) AS solo FROM pgfleet.jobs
      WHERE lease_holder = %(worker)s AND state = 'running'
@@ -48,7 +58,10 @@ WITH held AS MATERIALIZED (
     SELECT id, solo FROM pgfleet.jobs
      WHERE queue = %(queue)s AND state = 'queued' AND run_at <= now()
        AND NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
-       AND NOT (SELECT h.solo FROM held h)
+       AND (%(after_id)s::bigint IS NULL
+            OR (priority, run_at, id) > (%(after_priority)s::int, %(after_run_at)s::timestamptz,
+                                         %(after_id)s::bigint))
+       AND NOT coalesce(%(held_solo)s::bool, (SELECT h.solo FROM held h))
      ORDER BY priority, run_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -60,7 +73,7 @@ UPDATE pgfleet.jobs j
  WHERE j.id = c.id
    AND (NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
         OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1)
-            AND (SELECT h.jobs FROM held h) = 0))
+            AND coalesce(%(held)s::bigint, (SELECT h.jobs FROM held h)) = 0))
 RETURNING j.id, j.task,
           -- Args travel as text, and only within the limit: the worker decodes each job's
           -- args in its executor thread, so a hostile row (nested 2,000 deep, 60 MB) fails
@@ -69,7 +82,10 @@ RETURNING j.id, j.task,
           j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
           -- A row written before 0009 may hold an infinite run_at, which cannot be subtracted.
           CASE WHEN isfinite(j.run_at) THEN extract(epoch FROM now() - j.run_at)::float8
-               ELSE 0 END AS wait_seconds,
+               ELSE 0 END AS wait_seconds, j.solo, j.priority,
+          -- The claim cursor's key; a legacy run_at before 1970 ('-infinity', BC) is not a
+          -- Python datetime, and any early time keys the cursor alike.
+          greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
           -- For middleware (the trace context of pgfleet.otel); NULL when empty, the
           -- common case, so most claims carry nothing more.
           nullif(j.meta, '{}'::jsonb)::text AS meta
@@ -80,13 +96,24 @@ RETURNING j.id, j.task,
 -- per queue by the lock on its queue_limits row (migration 0014). A separate query so the
 -- plain claim above stays as it is for every queue without limits.
 SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size, c.wait_seconds,
-       (SELECT nullif(j.meta, '{}'::jsonb)::text FROM pgfleet.jobs j WHERE j.id = c.id) AS meta
+       j.solo, j.priority, greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
+       nullif(j.meta, '{}'::jsonb)::text AS meta
   FROM pgfleet.claim_limited(%(queue)s, %(worker)s, %(limit)s, %(lease)s, %(args_limit)s,
                              %(global_concurrency)s, %(rate_limit)s, %(rate_period)s,
                              %(key_concurrency)s) AS c
+  JOIN pgfleet.jobs j ON j.id = c.id
+
+-- name: queue_has_limits :scalar
+-- Whether a supervisor published flow control for the queue (pgfleet.worker.claims).
+SELECT EXISTS (SELECT 1 FROM pgfleet.queue_limits l
+                WHERE l.queue = %(queue)s
+                  AND (l.global_concurrency IS NOT NULL OR l.rate_limit IS NOT NULL
+                       OR l.key_concurrency IS NOT NULL))
 
 -- name: complete_succeeded :many
--- R2: fenced by holder and attempt; a job whose lease was taken over is not touched.
+-- R2: fenced by holder and attempt; a job whose lease was taken over is not touched. The
+-- row is found by its primary key alone (migration 0015 dropped the holder index, whose
+-- dead entries a completion used to walk); holder, attempt and state are checked on it.
 -- Each job's return value (JSON text, NULL for None) is stored in the same statement.
 UPDATE pgfleet.jobs j
    SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
@@ -96,6 +123,62 @@ UPDATE pgfleet.jobs j
  WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id
+
+-- name: complete_and_claim :many
+-- complete_succeeded and claim in one autocommit statement: one round trip and one commit
+-- per batch instead of BEGIN, two statements and COMMIT. Both parts see the same snapshot
+-- and touch different rows (running ones, queued ones). The completion is fenced exactly
+-- like complete_succeeded and the claim is claim's, held / held_solo given by the worker
+-- (the jobs it keeps running after this batch). Rows: the ids completed (claimed false),
+-- then the jobs claimed.
+WITH done AS (
+    UPDATE pgfleet.jobs j
+       SET state = 'succeeded', finished_at = now(), lease_holder = NULL,
+           lease_expires_at = NULL, result = d.result::jsonb
+      FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
+           AS d(id, attempt, result)
+     WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+       AND j.lease_holder = %(worker)s
+    RETURNING j.id
+), c AS MATERIALIZED (
+    SELECT id, solo FROM pgfleet.jobs
+     WHERE queue = %(queue)s AND state = 'queued' AND run_at <= now()
+       AND NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
+       AND (%(after_id)s::bigint IS NULL
+            OR (priority, run_at, id) > (%(after_priority)s::int, %(after_run_at)s::timestamptz,
+                                         %(after_id)s::bigint))
+       AND NOT %(held_solo)s::bool
+     ORDER BY priority, run_at, id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE pgfleet.jobs j
+       SET state = 'running', attempt = j.attempt + 1, lease_holder = %(worker)s,
+           lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now()
+      FROM c
+     WHERE j.id = c.id
+       AND (NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
+            OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1) AND %(held)s::bigint = 0))
+    RETURNING j.id, j.task,
+              CASE WHEN octet_length(j.args::text) <= %(args_limit)s
+                   THEN j.args::text END AS args,
+              j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
+              CASE WHEN isfinite(j.run_at) THEN extract(epoch FROM now() - j.run_at)::float8
+                   ELSE 0 END AS wait_seconds, j.solo, j.priority,
+          -- The claim cursor's key; a legacy run_at before 1970 ('-infinity', BC) is not a
+          -- Python datetime, and any early time keys the cursor alike.
+          greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
+              nullif(j.meta, '{}'::jsonb)::text AS meta
+)
+SELECT id, false AS claimed, NULL::text AS task, NULL::text AS args, NULL::int AS attempt,
+       NULL::int AS max_attempts, NULL::int AS args_size, NULL::float8 AS wait_seconds,
+       NULL::bool AS solo, NULL::int AS priority, NULL::timestamptz AS run_at,
+       NULL::text AS meta
+  FROM done
+UNION ALL
+SELECT id, true, task, args, attempt, max_attempts, args_size, wait_seconds, solo, priority,
+       run_at, meta
+  FROM claimed
 
 -- name: complete_failed :many
 -- A failure retries after the given delay, or ends dead when attempts are spent or the

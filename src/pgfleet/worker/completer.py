@@ -4,6 +4,7 @@ commit. A job's slot is freed only once its outcome is committed."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,7 @@ import psycopg
 
 from pgfleet import metrics, store
 from pgfleet.backoff import Backoff
-from pgfleet.worker.claims import ClaimJobs
+from pgfleet.worker.claims import Claims
 from pgfleet.worker.executor import Executor, Outcome
 from pgfleet.worker.job_log import attempt_failed, lease_lost
 
@@ -53,51 +54,81 @@ class Flushed:
     committed: int
     claimed: list[store.ClaimedJob] | None
     claim_limit: int
+    job_seconds: list[float]  # run time of each job of the batch
 
 
 class Completer:
     def __init__(self, *, queue: str, worker_id: str, backoff: Backoff,
-                 executor: Executor, metric: MetricCache, claim: ClaimJobs) -> None:
+                 executor: Executor, metric: MetricCache, claims: Claims) -> None:
         self.queue = queue
         self.worker_id = worker_id
         self.backoff = backoff
         self.executor = executor
         self.metric = metric
-        self.claim = claim
+        self.claims = claims
         self.pending: list[Outcome] = []  # outcomes not yet committed
+        self.since = 0.0  # when the oldest pending outcome was collected
         self.jobs_done = 0
 
     def collect(self) -> None:
-        self.pending.extend(self.executor.finished())
+        found = self.executor.finished()
+        if found and not self.pending:
+            self.since = time.monotonic()
+        self.pending.extend(found)
 
     def add(self, outcome: Outcome) -> None:
         self.pending.append(outcome)
 
     def flush(self, conn: psycopg.Connection[Any], *, claim_limit: int,
-              lease: float) -> Flushed:
+              lease: float, after: store.ClaimKey | None = None) -> Flushed:
         """Commit every pending outcome in at most two statements. With claim_limit > 0
         the claim joins the completions' transaction: one commit (one WAL flush) instead
         of two per batch."""
         batch = self.pending
         if not batch:
-            return Flushed(0, None, 0)
+            return Flushed(0, None, 0, [])
         claimed: list[store.ClaimedJob] | None = None
+        states: dict[int, store.JobState]
         if claim_limit > 0:
-            with conn.transaction():
-                held, states = self._complete(conn, batch)
-                claimed = self.claim(conn, claim_limit)
+            held, held_solo = self.held_besides(batch)
+            self.claims.refresh(conn)
+            if not self.claims.limited and all(ended(o) == "succeeded" for o in batch):
+                # The common batch: one statement, one round trip, one commit.
+                states = {}
+                done, claimed = store.complete_and_claim(
+                    conn, queue=self.queue, done=[(o.running.job.id, o.running.job.attempt)
+                                                  for o in batch],
+                    results=[o.result for o in batch], limit=claim_limit,
+                    worker=self.worker_id, lease=lease, held=held, held_solo=held_solo,
+                    args_limit=self.executor.args_limit, after=after)
+            else:
+                with conn.transaction():
+                    done, states = self._complete(conn, batch)
+                    claimed = self.claims(conn, claim_limit, held=held, held_solo=held_solo,
+                                          after=after)
         else:
-            held, states = self._complete(conn, batch)
+            done, states = self._complete(conn, batch)
         self.pending = []
         # Counters move once per batch and label set: at high load a flush serves dozens
         # of jobs, and each metric update takes a lock and a file write.
         counts: Counter[tuple[Any, tuple[str, ...]]] = Counter()
+        durations: dict[str, list[float]] = {}
         for outcome in batch:
-            for key in self._account(outcome, held, states):
+            durations.setdefault(outcome.running.label, []).append(outcome.seconds)
+            for key in self._account(outcome, done, states):
                 counts[key] += 1
         for (metric, labels), count in counts.items():
             self.metric(metric, *labels).inc(count)
-        return Flushed(len(batch), claimed, claim_limit)
+        for label, seconds in durations.items():
+            metrics.observe_many(self.metric(metrics.job_duration, self.queue, label), seconds)
+        return Flushed(len(batch), claimed, claim_limit, [o.seconds for o in batch])
+
+    def held_besides(self, batch: list[Outcome]) -> tuple[int, bool]:
+        """The jobs this process keeps running besides `batch`, and whether one of them
+        is solo: what the claim must know to contain crashes."""
+        ending = {o.running.job.id for o in batch}
+        others = [r for job_id, r in self.executor.running.items() if job_id not in ending]
+        return len(others), any(r.job.solo for r in others)
 
     def _complete(self, conn: psycopg.Connection[Any], batch: list[Outcome]
                   ) -> tuple[set[int], dict[int, store.JobState]]:
@@ -149,7 +180,6 @@ class Completer:
         self.executor.release(job.id)
         self.jobs_done += 1
         queue, label = self.queue, running.label
-        self.metric(metrics.job_duration, queue, label).observe(outcome.seconds)
         kind = ended(outcome)
         if kind != "failed" and job.id in held:
             return [(metrics.jobs_finished, (queue, label, kind))]

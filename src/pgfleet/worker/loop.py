@@ -34,7 +34,8 @@ from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
 from pgfleet.supervisor.process_groups import kill_job_processes
-from pgfleet.worker.claims import claimer
+from pgfleet.worker.batching import FLUSH_DELAY, Batching
+from pgfleet.worker.claims import Claims
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.control import TaskControl
 from pgfleet.worker.display import BusyDisplay
@@ -91,10 +92,10 @@ class Worker(ChildProcess):
         self.metric = MetricCache()
         self.executor = Executor(queue=settings.queue, worker_id=settings.worker_id,
                                  args_limit=settings.args_limit, wake=self.wakeup.poke)
-        self.claim_jobs = claimer(settings)
+        self.claims = Claims(settings)
         self.completer = Completer(queue=settings.queue, worker_id=settings.worker_id,
                                    backoff=settings.backoff, executor=self.executor,
-                                   metric=self.metric, claim=self.claim_jobs)
+                                   metric=self.metric, claims=self.claims)
         self.leases = Leases(worker_id=settings.worker_id, lease=settings.lease,
                              heartbeat_interval=settings.heartbeat_interval)
         self.control = TaskControl(worker_id=settings.worker_id, executor=self.executor,
@@ -103,6 +104,8 @@ class Worker(ChildProcess):
         self.listener: Listener | None = None
         self.claim_due = True
         self.next_poll = 0.0
+        self.batching = Batching(threads=settings.threads, prefetch=settings.prefetch,
+                                 poll_interval=settings.poll_interval)
         # A notification asks for a claim, but no sooner than NOTIFY_GAP after the last:
         # any role may NOTIFY the channel, and a flood must not become a flood of claims.
         self.notified = False
@@ -193,6 +196,8 @@ class Worker(ChildProcess):
         if self.notified:
             horizon = min(horizon, self.next_notified_claim)
         horizon = min(horizon, self.control.wait_limit())
+        if self.completer.pending:
+            horizon = min(horizon, self.completer.since + FLUSH_DELAY)
         if self.conn is None:
             horizon = self.reconnect.not_before
         return max(0.0, min(horizon - time.monotonic(), BEAT_EVERY))
@@ -272,15 +277,21 @@ class Worker(ChildProcess):
                 or (self.notified and now >= self.next_notified_claim))
 
     def _free_slots(self) -> int:
-        # Under flow control a prefetched job would hold a slot of the limit idle.
-        prefetch = 0 if self.s.flow else self.s.prefetch
-        return self.s.threads + prefetch - len(self.running)
+        if self.claims.limited:
+            # Under flow control a prefetched job would hold a slot of the limit idle.
+            return self.s.threads - len(self.running)
+        return self.batching.capacity() - len(self.running)
 
     def _claim(self) -> None:
         assert self.conn is not None
         limit = self._free_slots()
+        start = time.monotonic()
+        after = self.batching.cursor.start(start, self.notified)
         self.notified = False  # before the claim: one arriving during it asks for another
-        self._hand_out(self.claim_jobs(self.conn, limit), limit)
+        held, held_solo = self.completer.held_besides([])
+        jobs = self.claims(self.conn, limit, held=held, held_solo=held_solo, after=after)
+        self.batching.auto.round_trip(time.monotonic() - start)
+        _hand_out(self, jobs, limit)
 
     def _flush(self) -> None:
         """Commit the collected outcomes. The claim joins their transaction when the loop
@@ -289,6 +300,12 @@ class Worker(ChildProcess):
         when the batch brings the worker to max_jobs."""
         pending = len(self.completer.pending)
         if not pending or self.conn is None:
+            return
+        start = time.monotonic()
+        if (self.stop_mode is None and not self.recycle_reason
+                and not self.completer.any_timed_out()
+                and self.batching.may_defer(pending=pending, waiting=self.executor.todo.qsize(),
+                                            since=self.completer.since, now=start)):
             return
         limit = self._free_slots() + pending  # every outcome of the batch frees a slot
         done = self.completer.jobs_done
@@ -300,32 +317,21 @@ class Worker(ChildProcess):
             and not self.completer.any_timed_out()
             and (self.job_limit is None or done + pending < self.job_limit)
         )
+        after = None
         if claim:
+            after = self.batching.cursor.start(start, self.notified)
             self.notified = False
         flushed = self.completer.flush(self.conn, claim_limit=limit if claim else 0,
-                                       lease=self.s.lease)
+                                       lease=self.s.lease, after=after)
+        self.batching.auto.round_trip(time.monotonic() - start)
+        self.batching.auto.jobs_ran(flushed.job_seconds)
         self.events.completed += flushed.committed
         if self.job_limit is not None and self.completer.jobs_done >= self.job_limit:
             self.recycle_reason = self.recycle_reason or f"{self.completer.jobs_done} jobs done"
         if flushed.claimed is not None:
             # After the accounting: a failed job requeued without delay can come back in
             # this very claim, under the same id.
-            self._hand_out(flushed.claimed, flushed.claim_limit)
-
-    def _hand_out(self, jobs: list[store.ClaimedJob], limit: int) -> None:
-        """Give claimed jobs to the executor threads."""
-        # A full batch suggests more are waiting: claim again as soon as a slot frees.
-        self.claim_due = len(jobs) == limit
-        now = time.monotonic()
-        self.next_poll = now + self.s.poll_interval
-        self.next_notified_claim = now + NOTIFY_GAP
-        self.events.polls += 1
-        started: Counter[str] = Counter()
-        for job in jobs:
-            self.metric(metrics.job_wait, self.s.queue).observe(max(0.0, job.wait_seconds))
-            started[self.executor.submit(job, self.s.registry, self.s.timeout)] += 1
-        for label, count in started.items():
-            self.metric(metrics.jobs_started, self.s.queue, label).inc(count)
+            _hand_out(self, flushed.claimed, flushed.claim_limit)
 
     def _renew(self) -> None:
         assert self.conn is not None
@@ -373,6 +379,25 @@ class Worker(ChildProcess):
 
     def _shutdown(self) -> None:
         _shut_down(self)
+
+
+def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
+    """Give claimed jobs to the executor threads."""
+    # A full batch suggests more are waiting: claim again as soon as a slot frees.
+    worker.claim_due = len(jobs) == limit
+    worker.batching.cursor.claimed(jobs, limit)
+    now = time.monotonic()
+    worker.next_poll = now + worker.s.poll_interval
+    worker.next_notified_claim = now + NOTIFY_GAP
+    worker.events.polls += 1
+    started: Counter[str] = Counter()
+    for job in jobs:
+        started[worker.executor.submit(job, worker.s.registry, worker.s.timeout)] += 1
+    if jobs:
+        metrics.observe_many(worker.metric(metrics.job_wait, worker.s.queue),
+                             [max(0.0, job.wait_seconds) for job in jobs])
+    for label, count in started.items():
+        worker.metric(metrics.jobs_started, worker.s.queue, label).inc(count)
 
 
 def _shut_down(worker: Worker) -> None:

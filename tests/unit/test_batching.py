@@ -1,0 +1,60 @@
+"""Batch sizes without tuning: prefetch auto from the measured job time and round trip,
+and when collected outcomes may wait for the next flush."""
+
+from __future__ import annotations
+
+from pgfleet.config import Config
+from pgfleet.tasks import Registry
+from pgfleet.worker.batching import FLUSH_DELAY, Batching
+from pgfleet.worker.prefetch import AUTO_CLAIM_CAP, AutoPrefetch
+from pgfleet.worker.settings import build_settings
+
+
+def test_the_default_prefetch_is_auto() -> None:
+    settings = build_settings(Config.model_validate({"queues": {"q": {}}}), "q", dsn="",
+                              registry=Registry({}))
+    assert settings.prefetch is None
+    fixed = build_settings(Config.model_validate({"queues": {"q": {"prefetch": 7}}}), "q",
+                           dsn="", registry=Registry({}))
+    assert fixed.prefetch == 7
+
+
+def test_nothing_is_prefetched_before_a_job_was_measured() -> None:
+    auto = AutoPrefetch(threads=4)
+    assert auto.value() == 0
+    auto.round_trip(0.002)
+    assert auto.value() == 0
+
+
+def test_short_jobs_fill_the_claim_and_long_ones_get_no_prefetch() -> None:
+    short = AutoPrefetch(threads=8)
+    short.round_trip(0.002)
+    short.jobs_ran([0.00005] * 50)
+    assert short.value() == AUTO_CLAIM_CAP - 8
+    long = AutoPrefetch(threads=8)
+    long.round_trip(0.002)
+    long.jobs_ran([2.0])
+    assert long.value() == 0  # 8 threads x 2 round trips of 2 ms against 2 s jobs: 0.016
+    one = AutoPrefetch(threads=1)
+    one.round_trip(0.002)
+    one.jobs_ran([0.001])
+    assert one.value() == 4  # one thread runs 4 jobs of 1 ms in two round trips
+
+
+def test_the_measure_follows_the_jobs() -> None:
+    auto = AutoPrefetch(threads=2)
+    auto.round_trip(0.002)
+    auto.jobs_ran([0.00001])
+    assert auto.value() == AUTO_CLAIM_CAP - 2
+    for _ in range(60):
+        auto.jobs_ran([5.0])
+    assert auto.value() == 0
+
+
+def test_outcomes_wait_only_while_every_thread_has_a_job_queued() -> None:
+    batching = Batching(threads=4, prefetch=60, poll_interval=1.0)
+    assert batching.capacity() == 64
+    assert batching.may_defer(pending=3, waiting=4, since=10.0, now=10.0)
+    assert not batching.may_defer(pending=3, waiting=3, since=10.0, now=10.0)
+    assert not batching.may_defer(pending=32, waiting=30, since=10.0, now=10.0)
+    assert not batching.may_defer(pending=3, waiting=30, since=10.0, now=10.0 + 2 * FLUSH_DELAY)
