@@ -4,34 +4,20 @@ timeouts still work: a coroutine's own timeout keeps the loop, an interrupt from
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import pgfleet
 from pgfleet import middleware
-from pgfleet.backoff import Backoff
-from pgfleet.tasks import load_registry
-from pgfleet.worker import Worker, build_settings
-from tests.support.workers import TASKS, scalar, wait_for
+from pgfleet.worker import Worker
+from tests.support.workers import TASKS, scalar, wait_for, worker_thread
 
 LOOP_TASKS = "tests.integrations.looptasks"
 
 
-@contextmanager
-def one_thread_worker(dsn: str) -> Iterator[Worker]:
-    worker = Worker(build_settings(
-        None, "default", dsn=dsn, registry=load_registry([TASKS, LOOP_TASKS]), threads=1,
-        poll_interval=0.2, backoff=Backoff(initial=0.05, max=0.2, jitter=0.0)))
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.request_stop("quick")
-        thread.join(10)
-        assert not thread.is_alive()
+def one_thread_worker(dsn: str) -> AbstractContextManager[Worker]:
+    return worker_thread(dsn, threads=1, modules=[TASKS, LOOP_TASKS])
 
 
 def loop_of(dsn: str, job_id: int) -> int:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,11 +21,12 @@ TASKS = "tests.support.jobtasks"
 
 
 @contextmanager
-def worker_thread(dsn: str, queue: str = "default", **settings: Any) -> Iterator[Worker]:
+def worker_thread(dsn: str, queue: str = "default", *, modules: Sequence[str] = (TASKS,),
+                  **settings: Any) -> Iterator[Worker]:
     settings.setdefault("poll_interval", 0.2)
     settings.setdefault("backoff", Backoff(initial=0.05, max=0.2, jitter=0.0))
     worker = Worker(build_settings(None, queue, dsn=dsn,
-                                   registry=load_registry([TASKS]), **settings))
+                                   registry=load_registry(list(modules)), **settings))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
