@@ -14,13 +14,20 @@ from pgfleet.async_client import (  # noqa: E402
 from pgfleet.client import enqueue, enqueue_job, enqueue_many  # noqa: E402
 from pgfleet.context import JobContext, current_job  # noqa: E402
 from pgfleet.control import cancel, cancel_many, result  # noqa: E402
-from pgfleet.errors import JobCancelled, JobFailed, PayloadError, PgfleetError  # noqa: E402
+from pgfleet.errors import (  # noqa: E402
+    DatabaseUnavailable,
+    JobCancelled,
+    JobFailed,
+    PayloadError,
+    PgfleetError,
+)
 from pgfleet.rows import Enqueued  # noqa: E402
 from pgfleet.tasks import PermanentError, Retry, Snooze, task  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DatabaseUnavailable",
     "Enqueued",
     "JobCancelled",
     "JobContext",

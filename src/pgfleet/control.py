@@ -7,6 +7,7 @@ again at growing intervals regardless (NOTIFY is a hint, polling is the truth).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,8 +16,14 @@ import psycopg
 
 from pgfleet import payload, store
 from pgfleet.client import ConnOrDsn, _connection
-from pgfleet.db import connect
-from pgfleet.errors import JobCancelled, JobFailed, PgfleetError
+from pgfleet.db import connect, is_permanent
+from pgfleet.errors import (
+    DatabaseUnavailable,
+    JobCancelled,
+    JobFailed,
+    PayloadError,
+    PgfleetError,
+)
 
 END_CHANNEL = "pgfleet_job_end"
 # Reads of the job while waiting: the first soon, then doubling up to POLL_MAX.
@@ -32,12 +39,63 @@ def result(conn: ConnOrDsn, job_id: int, timeout: float | None = None) -> Any:
 
     Pass a URL or an autocommit connection: the wait is woken by NOTIFY. A connection in
     a transaction is only polled, without marking the job (a mark would hold the row's
-    lock until the caller commits), and sees the job's end only at READ COMMITTED."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    lock until the caller commits), and sees the job's end only at READ COMMITTED.
+
+    With a URL the wait outlives a database restart: it reconnects until the deadline
+    (DatabaseUnavailable if the database is still away then; at once for a wrong password
+    or an unknown database). A connection of the caller's that breaks raises
+    DatabaseUnavailable."""
+    _check_id(job_id)
+    deadline = None if timeout is None else time.monotonic() + _seconds(timeout)
     if isinstance(conn, str):
-        with connect(conn, autocommit=True) as own:
-            return _wait(own, job_id, deadline, listen=True)
-    return _wait(conn, job_id, deadline, listen=conn.autocommit)
+        return _wait_reconnecting(conn, job_id, deadline)
+    try:
+        return _wait(conn, job_id, deadline, listen=conn.autocommit)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"lost the database connection while waiting for job "
+                                  f"{job_id}: {_first_line(exc)}") from None
+
+
+# A bigint: an id past it names no job (and PostgreSQL would call it numeric).
+_MAX_ID = 2**63 - 1
+# Between reconnects while the database is away.
+RECONNECT_PAUSE = 0.5
+
+
+def _check_id(job_id: object) -> None:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise PayloadError("job_id", f"must be an integer, got {type(job_id).__name__}")
+    if not 1 <= job_id <= _MAX_ID:
+        raise PgfleetError(f"no job with id {job_id}")
+
+
+def _seconds(timeout: object) -> float:
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout) or timeout < 0):
+        raise PayloadError("timeout", f"must be None or a number of seconds >= 0, got "
+                                      f"{timeout!r}")
+    return float(timeout)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _wait_reconnecting(dsn: str, job_id: int, deadline: float | None) -> Any:
+    while True:
+        try:
+            with connect(dsn, autocommit=True) as own:
+                return _wait(own, job_id, deadline, listen=True)
+        except (psycopg.OperationalError, DatabaseUnavailable) as exc:
+            # The wait reads the job again from the start, so nothing is missed.
+            if isinstance(exc, DatabaseUnavailable) and is_permanent(exc):
+                raise
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise DatabaseUnavailable(f"the database is unreachable while waiting for "
+                                          f"job {job_id}: {_first_line(exc)}") from None
+            time.sleep(RECONNECT_PAUSE if left is None else min(RECONNECT_PAUSE, left))
 
 
 def _wait(conn: psycopg.Connection[Any], job_id: int, deadline: float | None,

@@ -85,7 +85,7 @@ class Task:
             return isinstance(exc, self.retry_on)
         try:
             return bool(self.retry_on(exc))
-        except Exception:
+        except BaseException:  # SystemExit too: it must not escape the job's thread
             return False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

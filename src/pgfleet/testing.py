@@ -28,6 +28,7 @@ from pgfleet.backoff import Backoff
 from pgfleet.errors import PgfleetError
 from pgfleet.rows import ClaimedJob
 from pgfleet.tasks import Registry, load_registry
+from pgfleet.worker.completer import complete, ended
 from pgfleet.worker.executor import Executor, Outcome
 
 # The queue defaults of the configuration models, without importing pydantic here.
@@ -39,7 +40,7 @@ LEASE = 3600.0
 @dataclass(frozen=True)
 class JobOutcome:
     """One attempt run by run_jobs. `state` is the job's state after it: succeeded,
-    queued (to be retried, at `run_at` of its row) or dead."""
+    queued (to be retried, at `run_at` of its row, or snoozed), dead or cancelled."""
 
     id: int
     queue: str
@@ -104,17 +105,14 @@ def _claim_one(conn: psycopg.Connection[Any], queue: str | None,
 
 def _complete(conn: psycopg.Connection[Any], worker: str, queue: str, outcome: Outcome,
               default_backoff: Backoff) -> JobOutcome:
+    """Record the outcome as a worker does (results, snoozes, Retry delays, cancels)."""
     job = outcome.running.job
-    task = outcome.running.task
-    if outcome.error is None:
-        held = store.complete_succeeded(conn, worker=worker, done=[(job.id, job.attempt)])
-        state = "succeeded" if job.id in held else "lost"
-    else:
-        backoff = (task.backoff if task and task.backoff else None) or default_backoff
-        states = store.complete_failed(conn, worker=worker, failures=[store.Failure(
-            id=job.id, attempt=job.attempt, error=outcome.error,
-            delay=backoff.delay(job.attempt), final=outcome.final)])
+    held, states = complete(conn, worker, [outcome], default_backoff)
+    kind = ended(outcome)
+    if kind == "failed":
         state = states[job.id].state if job.id in states else "lost"
+    else:
+        state = {"snoozed": "queued"}.get(kind, kind) if job.id in held else "lost"
     return JobOutcome(id=job.id, queue=queue, task=job.task, attempt=job.attempt,
                       state=state, error=outcome.error)
 

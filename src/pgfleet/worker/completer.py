@@ -31,6 +31,43 @@ def ended(outcome: Outcome) -> str:
     return "failed" if outcome.error is not None else "succeeded"
 
 
+def complete(conn: psycopg.Connection[Any], worker: str, batch: list[Outcome],
+             backoff: Backoff) -> tuple[set[int], dict[int, store.JobState]]:
+    """Record a batch's outcomes, fenced: the ids still held among successes,
+    cancellations and snoozes, and the new states of failures (`backoff` unless the task
+    has its own or raised Retry). Cancellations and snoozes are rare: their statements run
+    only when the batch has some. Shared by the worker and pgfleet.testing.run_jobs."""
+    successes = [o for o in batch if ended(o) == "succeeded"]
+    held = store.complete_succeeded(
+        conn, worker=worker, done=[(o.running.job.id, o.running.job.attempt)
+                                   for o in successes],
+        results=[o.result for o in successes])
+    held |= store.complete_cancelled(conn, worker=worker, done=[
+        (o.running.job.id, o.running.job.attempt) for o in batch
+        if ended(o) == "cancelled"])
+    snoozes = [o for o in batch if ended(o) == "snoozed"]
+    if snoozes:
+        snoozed = store.complete_snoozed(conn, worker=worker, done=[
+            (o.running.job.id, o.running.job.attempt, o.snooze or 0.0) for o in snoozes],
+            max_snoozes=MAX_SNOOZES)
+        held |= snoozed
+        for o in snoozes:
+            if o.running.job.id not in snoozed:  # past MAX_SNOOZES: spends an attempt
+                o.error = f"snoozed {MAX_SNOOZES} times already: this snooze spends an attempt"
+                o.retry_delay, o.snooze = o.snooze, None
+    failures = [_failure(o, backoff) for o in batch if ended(o) == "failed"]
+    return held, store.complete_failed(conn, worker=worker, failures=failures)
+
+
+def _failure(outcome: Outcome, default_backoff: Backoff) -> store.Failure:
+    job = outcome.running.job
+    task = outcome.running.task
+    backoff = (task.backoff if task and task.backoff else None) or default_backoff
+    delay = backoff.delay(job.attempt) if outcome.retry_delay is None else outcome.retry_delay
+    return store.Failure(id=job.id, attempt=job.attempt, error=outcome.error or "",
+                         delay=delay, final=outcome.final)
+
+
 class MetricCache:
     """Labelled children of metrics, cached: .labels() costs a lock and a lookup, and the
     worker moves counters for every job."""
@@ -132,45 +169,10 @@ class Completer:
 
     def _complete(self, conn: psycopg.Connection[Any], batch: list[Outcome]
                   ) -> tuple[set[int], dict[int, store.JobState]]:
-        """The batch's completions: the ids held among successes, cancellations and
-        snoozes, and the new states of failures. Cancellations and snoozes are rare: their
-        statements run only when the batch has some."""
-        worker = self.worker_id
-        successes = [o for o in batch if ended(o) == "succeeded"]
-        held = store.complete_succeeded(
-            conn, worker=worker, done=[(o.running.job.id, o.running.job.attempt)
-                                       for o in successes],
-            results=[o.result for o in successes])
-        held |= store.complete_cancelled(conn, worker=worker, done=[
-            (o.running.job.id, o.running.job.attempt) for o in batch
-            if ended(o) == "cancelled"])
-        snoozes = [o for o in batch if ended(o) == "snoozed"]
-        if snoozes:
-            snoozed = store.complete_snoozed(conn, worker=worker, done=[
-                (o.running.job.id, o.running.job.attempt, o.snooze or 0.0) for o in snoozes],
-                max_snoozes=MAX_SNOOZES)
-            held |= snoozed
-            for o in snoozes:
-                if o.running.job.id not in snoozed:  # past MAX_SNOOZES: spends an attempt
-                    o.error = (f"snoozed {MAX_SNOOZES} times already: this snooze spends "
-                               "an attempt")
-                    o.retry_delay, o.snooze = o.snooze, None
-        failures = [self._failure(o) for o in batch if ended(o) == "failed"]
-        return held, store.complete_failed(conn, worker=worker, failures=failures)
+        return complete(conn, self.worker_id, batch, self.backoff)
 
     def any_timed_out(self) -> bool:
         return any(o.timed_out for o in self.pending)
-
-    def _failure(self, outcome: Outcome) -> store.Failure:
-        job = outcome.running.job
-        task = outcome.running.task
-        backoff = (task.backoff if task and task.backoff else None) or self.backoff
-        delay = (backoff.delay(job.attempt) if outcome.retry_delay is None
-                 else outcome.retry_delay)
-        return store.Failure(
-            id=job.id, attempt=job.attempt, error=outcome.error or "",
-            delay=delay, final=outcome.final,
-        )
 
     def _account(self, outcome: Outcome, held: set[int], states: dict[int, store.JobState]
                  ) -> list[tuple[Any, tuple[str, ...]]]:

@@ -262,7 +262,8 @@ class Executor:
             except BaseException as exc:
                 event.outcome = _outcome_name(exc)
                 raise
-            event.outcome = "succeeded"
+            # A task that saw current_job().cancelled and returned ends cancelled.
+            event.outcome = "cancelled" if running.control.cancelled else "succeeded"
         return value
 
     def _invoke(self, running: Running) -> Any:
