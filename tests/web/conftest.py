@@ -53,8 +53,11 @@ def start_web(args: list[str], env: dict[str, str] | None = None) -> WebServer:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if "serving on " not in line:
-        proc.kill()
-        rest = proc.stdout.read()
+        try:  # the whole of what it said, a traceback included
+            rest = proc.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest = proc.communicate()[0]
         raise AssertionError(f"pgfleet web did not start: {line}{rest}")
     url = line.split("serving on ", 1)[1].split()[0]
     return WebServer(proc, url, [line])

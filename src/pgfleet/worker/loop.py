@@ -277,10 +277,11 @@ class Worker(ChildProcess):
                 or (self.notified and now >= self.next_notified_claim))
 
     def _free_slots(self) -> int:
-        if self.claims.limited:
-            # Under flow control a prefetched job would hold a slot of the limit idle.
-            return self.s.threads - len(self.running)
-        return self.batching.capacity() - len(self.running)
+        # Under flow control a prefetched job would hold a slot of the limit idle.
+        room = self.s.threads if self.claims.limited else self.batching.capacity()
+        if self.job_limit is not None:  # a recycling worker takes no job past max_jobs
+            room = min(room, self.job_limit - self.completer.jobs_done)
+        return room - len(self.running)
 
     def _claim(self) -> None:
         assert self.conn is not None
