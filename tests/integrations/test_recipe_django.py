@@ -54,7 +54,9 @@ def test_django_recipe(empty_dsn: str, tmp_path: Path) -> None:
                                   start_new_session=True)
     try:
         wait_for(lambda: scalar(dsn, "SELECT receipt_sent FROM shop_order"), timeout=60)
-        assert scalar(dsn, "SELECT state::text FROM pgfleet.jobs") == "succeeded"
+        # The task's own write commits before the worker records the job's end.
+        wait_for(lambda: scalar(dsn, "SELECT state::text FROM pgfleet.jobs") == "succeeded",
+                 timeout=30)
         status = run(tmp_path, env, "manage.py", "pgfleet", "status", "--json")
         assert '"default"' in status.stdout
         supervisor.send_signal(signal.SIGTERM)
