@@ -89,3 +89,33 @@ def _outcome(url: str, job_id: int) -> Any:
         return pgfleet.result(url, job_id, timeout=60)
     except BaseException as exc:  # reported by the assertion, not lost in the thread
         return exc
+
+
+def test_a_wait_on_a_url_that_can_never_connect_fails_at_once(dsn: str) -> None:
+    # timeout=None: a wait that retried a permanent error would never end.
+    missing = dsn.replace("dbname=", "dbname=no_such_db_") if "dbname=" in dsn else dsn + "x"
+    with pytest.raises(DatabaseUnavailable, match="does not exist"):
+        pgfleet.result(missing, 1, timeout=None)
+
+
+def test_a_wait_on_the_callers_connection_that_breaks_says_so(dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "noop")
+    got: list[Any] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+
+        def wait() -> None:
+            try:
+                got.append(pgfleet.result(conn, job_id, timeout=60))
+            except BaseException as exc:  # reported by the assertion below
+                got.append(exc)
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+                                     " AND query LIKE '%%job_outcome%%'", (pid,)) == 1,
+                 timeout=30)
+        scalar(dsn, "SELECT pg_terminate_backend(%s)", (pid,))
+        waiter.join(30)
+    assert len(got) == 1 and isinstance(got[0], DatabaseUnavailable), got
+    assert f"lost the database connection while waiting for job {job_id}" in str(got[0])
