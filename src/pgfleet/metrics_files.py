@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from pgfleet.private_dirs import private_dir
 
 _DEAD_CANDIDATE = re.compile(r"^(counter|histogram)_(\d+)\.db$")
 _MERGING = ".merging"
+# prometheus_client's file header: the bytes used (4) and padding (4).
+_HEADER = 8
 # Below this many dead files, merging them costs more than reading them.
 COMPACT_AFTER = 20
 
@@ -68,7 +71,7 @@ def compact(directory: str | Path, threshold: int = COMPACT_AFTER) -> int:
     files were folded. Only one process (the exporter) may call this."""
     folder = Path(directory)
     leftovers = list(folder.glob(f"*.db{_MERGING}"))  # from an interrupted compaction
-    dead = dead_files(folder)
+    dead = _without_empty(dead_files(folder))
     if len(dead) + len(leftovers) < threshold:
         return 0
     # Renamed first: the collector only reads *.db, so a file is never read twice.
@@ -85,13 +88,31 @@ def compact(directory: str | Path, threshold: int = COMPACT_AFTER) -> int:
     return len(merging)
 
 
+def _without_empty(dead: list[Path]) -> list[Path]:
+    """Remove the files of dead processes that never sized them (created, then killed
+    before the first write: a worker that crashes at start): they hold no counts, and
+    prometheus_client cannot read an empty file, so one would fail every scrape."""
+    kept = []
+    for path in dead:
+        try:
+            empty = path.stat().st_size < _HEADER  # not even its header written
+        except FileNotFoundError:
+            continue
+        if empty:
+            path.unlink(missing_ok=True)
+        else:
+            kept.append(path)
+    return kept
+
+
 def _fold(archive: Path, sources: list[Path]) -> None:
     totals: dict[str, float] = defaultdict(float)
-    if archive.exists():
-        for key, value, *_ in MmapedDict.read_all_values_from_file(str(archive)):  # type: ignore[no-untyped-call]
-            totals[key] += value
-    for path in sources:
-        for key, value, *_ in MmapedDict.read_all_values_from_file(str(path)):  # type: ignore[no-untyped-call]
+    for path in ([archive] if archive.exists() else []) + sources:
+        try:
+            values = MmapedDict.read_all_values_from_file(str(path))  # type: ignore[no-untyped-call]
+        except (struct.error, ValueError):
+            continue  # torn by a crash mid-allocation: its counts cannot be read back
+        for key, value, *_ in values:
             totals[key] += value
     temporary = archive.with_name(archive.name + ".tmp")
     temporary.unlink(missing_ok=True)

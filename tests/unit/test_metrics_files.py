@@ -129,3 +129,34 @@ def test_a_given_directory_of_another_account_is_refused(tmp_path: Path) -> None
     with pytest.raises(RefusedDirectory, match="belongs to uid 65534"):
         metrics_files.fresh_directory(theirs)
     assert (theirs / "counter_1.db").exists() and theirs.stat().st_uid == 65534
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_an_empty_file_of_a_process_that_died_at_start_breaks_no_scrape(
+        tmp_path: Path) -> None:
+    # Seen in a real run: a worker killed between creating its counter file and sizing it
+    # left 0 bytes; every scrape then failed (struct.error) for the rest of the run.
+    run_children(tmp_path, 2)
+    before = totals(tmp_path)
+    empty = tmp_path / f"counter_{dead_pid()}.db"
+    empty.touch()
+    assert metrics_files.compact(tmp_path, threshold=100) == 0  # below the threshold
+    assert not empty.exists()
+    assert totals(tmp_path) == before
+    empty.touch()
+    assert metrics_files.compact(tmp_path, threshold=1) == 4
+    assert not empty.exists() and totals(tmp_path) == before
+
+
+def test_a_torn_file_is_skipped_by_the_fold(tmp_path: Path) -> None:
+    run_children(tmp_path, 2)
+    before = totals(tmp_path)
+    torn = tmp_path / f"counter_{dead_pid()}.db.merging"  # a compaction interrupted
+    torn.write_bytes(b"\x01\x02")  # shorter than the header
+    assert metrics_files.compact(tmp_path, threshold=1) == 5
+    assert not torn.exists() and totals(tmp_path) == before
