@@ -32,9 +32,12 @@ def test_soak_with_random_kills_and_a_database_restart(
     dsn = db.dsn
     rng = random.Random(7)
     # The soak kills workers on purpose, about twice a second: the queue must not be
-    # marked failed as a crash loop (supervisor.crash_limit is tested on its own).
+    # marked failed as a crash loop, nor wait out a crash loop's growing restart delay
+    # (up to 30 s after a few kills), which would leave it without workers most of the
+    # time. Both are tested on their own (tests/acceptance/test_crash_containment.py).
     f = cfleet({"default": {"processes": 3, "threads": 4, "kill_grace": "1s"}},
-               supervisor={**LIVENESS, "crash_limit": {"count": 1000, "window": "1m"}})
+               supervisor={**LIVENESS, "crash_limit": {"count": 1000, "window": "1m"},
+                           "restart_backoff": {"initial": "0.1s", "max": "0.5s"}})
     f.wait_workers(3)
     sleepers = JOBS // 50
     ids = enqueue(dsn, mixed_batch(JOBS - sleepers, n_sleep=sleepers, sleep=0.05))
