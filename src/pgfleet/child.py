@@ -51,8 +51,7 @@ class Wakeup:
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self.write_fd, False)
-        # A byte is already waiting: pokers skip the write (a plain flag, no lock; the
-        # waiter clears it before draining, so a poke is never lost).
+        # A byte is already waiting: pokers skip the write (a plain flag, no lock).
         self.pending = False
 
     def poke(self) -> None:
@@ -64,16 +63,25 @@ class Wakeup:
 
     def wait(self, timeout: float, *others: int) -> list[int]:
         """Wait until poked, one of `others` is readable, or `timeout`; returns the ready
-        descriptors among `others`."""
+        descriptors among `others`. A poke made before this returns is seen by the
+        caller's next look at its state; one made after makes the next wait return."""
         try:
             ready, _, _ = select.select([self.read_fd, *others], [], [], max(0.0, timeout))
         except InterruptedError:
             ready = []
+        # Drain first, then clear: a poke between the two skips its write, but it came
+        # before this returns, so the caller sees its state. The other order lost wake-ups:
+        # a poke after the clear wrote a byte the drain then swallowed, and `pending` stayed
+        # set with an empty pipe, so every later poke skipped its write and the next wait
+        # slept its whole timeout (a notified worker idled 0.5 s at a time under load).
+        self._drain()
         self.pending = False
+        return [fd for fd in ready if fd != self.read_fd]
+
+    def _drain(self) -> None:
         with contextlib.suppress(OSError):
             while os.read(self.read_fd, 4096):
                 pass
-        return [fd for fd in ready if fd != self.read_fd]
 
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):

@@ -44,14 +44,27 @@ from pgfleet.worker.executor import Executor, Running, WorkerStopping
 from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
 from pgfleet.worker.settings import WorkerSettings
 
-# The shortest time between two claims that notifications ask for.
+# After claims that found nothing, the shortest time before a notification may ask for
+# another: any role may NOTIFY the channel, and a flood of empty notifications must not
+# become a flood of claims. A claim that found jobs sets no gap, so a job enqueued alone
+# starts one round trip after its commit; nor does a single empty claim, because empty
+# claims are common where a notification races a claim (the job it announced was taken by
+# the claim before it, or by another worker): with two workers gapping after each, a job
+# arriving next waited up to the whole gap in ~3 % of enqueues (p99 37 ms when idle).
 NOTIFY_GAP = 0.05
+EMPTY_CLAIMS_BEFORE_GAP = 2
 
 log = logging.getLogger("pgfleet.worker")
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
+
+
+def notify_gap(empty_in_a_row: int) -> float:
+    """How long after a claim a notification may ask for the next, given how many claims in
+    a row (that one included) found nothing."""
+    return NOTIFY_GAP if empty_in_a_row >= EMPTY_CLAIMS_BEFORE_GAP else 0.0
 
 
 def over_memory(max_memory: int | None) -> str | None:
@@ -106,10 +119,10 @@ class Worker(ChildProcess):
         self.next_poll = 0.0
         self.batching = Batching(threads=settings.threads, prefetch=settings.prefetch,
                                  poll_interval=settings.poll_interval)
-        # A notification asks for a claim, but no sooner than NOTIFY_GAP after the last:
-        # any role may NOTIFY the channel, and a flood must not become a flood of claims.
+        # A notification asks for a claim at once, or NOTIFY_GAP after an empty one.
         self.notified = False
         self.next_notified_claim = 0.0
+        self.empty_claims = 0  # in a row
         self.recycle_reason: str | None = None
         self.exit_code = EXIT_OK
         self.job_limit = jittered_limit(settings.max_jobs)
@@ -389,7 +402,8 @@ def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
     worker.batching.cursor.claimed(jobs, limit)
     now = time.monotonic()
     worker.next_poll = now + worker.s.poll_interval
-    worker.next_notified_claim = now + NOTIFY_GAP
+    worker.empty_claims = 0 if jobs else worker.empty_claims + 1
+    worker.next_notified_claim = now + notify_gap(worker.empty_claims)
     worker.events.polls += 1
     started: Counter[str] = Counter()
     for job in jobs:
