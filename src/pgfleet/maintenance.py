@@ -40,7 +40,7 @@ class Maintenance(DatabaseChild):
         self.supervisor_pid = supervisor_pid
         self.own_id = own_id or f"{socket.gethostname()}:{os.getpid()}:maintenance"
         self.rescue = RescueReader(rescue_fd)
-        self.to_rescue: list[tuple[str, str]] = []
+        self.to_rescue: list[tuple[str, str, list[int] | None]] = []
         self.next_prune = 0.0
         self.next_heartbeat = 0.0
         self.seen_job_id: int | None = None
@@ -126,23 +126,34 @@ class Maintenance(DatabaseChild):
             return
         conn = self.connection()
         while self.to_rescue:
-            worker, reason = self.to_rescue[0]
+            worker, reason, running = self.to_rescue[0]
             held = store.held_by(conn, worker=worker)
-            # A process holding several jobs when it died of its own fault (a signal such
-            # as SIGSEGV, an exit): any of them may have killed it, so none is charged;
-            # each runs alone next, where a crash names its culprit. SIGKILL comes from
-            # outside (an operator, the supervisor, the OOM killer): every job is charged,
-            # as before, and none is made to run alone.
-            shared = len(held) > 1 and not reason.endswith("SIGKILL")
+            # Only a job whose task code was running can have killed the process; the
+            # others (claimed ahead, or done and not yet committed) get their attempt
+            # back. `running` None: not known, every held job counts as running.
+            suspects = [j for j in held if running is None or j.id in running]
+            # Several running when it died of its own fault (a signal such as SIGSEGV, an
+            # exit): any of them may be the culprit, so none is charged; each runs alone
+            # next, where a crash names its culprit. SIGKILL comes from outside (an
+            # operator, the supervisor, the OOM killer): every running job is charged, as
+            # before, and none is made to run alone.
+            shared = len(suspects) > 1 and not reason.endswith("SIGKILL")
             rows = store.rescue_holder(conn, worker=worker, error=reason,
-                                       delays=self._retry_delays(held), shared=shared)
-            for job_id, queue, task, state in rows:
-                label = metrics.queue_label(queue)
+                                       delays=self._retry_delays(held), shared=shared,
+                                       running=running)
+            for rescued in rows:
+                label = metrics.queue_label(rescued.queue)
                 metrics.jobs_rescued.labels(label).inc()
-                metrics.jobs_finished.labels(label, metrics.task_label(task), "crashed").inc()
-                if state == "dead":
-                    metrics.jobs_finished.labels(label, metrics.task_label(task), "dead").inc()
-                _log_rescue(job_id, queue, state, f"worker {worker} exited ({reason})")
+                if not rescued.ran:
+                    _log_rescue(rescued.id, rescued.queue, rescued.state,
+                                f"worker {worker} exited ({reason}) before running it")
+                    continue
+                task = metrics.task_label(rescued.task)
+                metrics.jobs_finished.labels(label, task, "crashed").inc()
+                if rescued.state == "dead":
+                    metrics.jobs_finished.labels(label, task, "dead").inc()
+                _log_rescue(rescued.id, rescued.queue, rescued.state,
+                            f"worker {worker} exited ({reason})")
             fleet_store.unregister_process(conn, worker)
             self.to_rescue.pop(0)
 

@@ -101,6 +101,17 @@ class RescuedJob:
     state: str
 
 
+@dataclass(frozen=True)
+class HolderRescue:
+    """A dead worker's job given back, and whether its task was running (charged)."""
+
+    id: int
+    queue: str
+    task: str
+    state: str
+    ran: bool
+
+
 
 @dataclass(frozen=True)
 class Lease:

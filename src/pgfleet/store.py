@@ -30,6 +30,7 @@ from pgfleet.rows import (
     HeartbeatAge as HeartbeatAge,
     HeldJob as HeldJob,
     HeldKey as HeldKey,
+    HolderRescue as HolderRescue,
     JobId as JobId,
     JobOutcome as JobOutcome,
     JobProgress as JobProgress,
@@ -432,13 +433,15 @@ def held_by(conn: Conn, *, worker: str) -> list[HeldJob]:
 
 
 def rescue_holder(conn: Conn, *, worker: str, error: str, delays: dict[int, float],
-                  shared: bool) -> list[tuple[int, str, str, str]]:
-    """Give back a dead worker's jobs (those of `delays`, due after their delay); charge
-    an attempt only when not `shared`. (id, queue, task, new state) of each."""
-    rows = _many(conn, "rescue_holder",
+                  shared: bool, running: list[int] | None = None) -> list[HolderRescue]:
+    """Give back a dead worker's jobs (those of `delays`). A job whose task was running
+    (in `running`; every job when it is None) is due after its delay and charged an
+    attempt unless `shared`; any other is due at once with its attempt refunded, like a
+    give-back (MAX_REFUNDS of them, later ones count)."""
+    return _many(conn, "rescue_holder",
                  {"worker": worker, "error": error, "ids": list(delays),
-                  "delays": list(delays.values()), "shared": shared}, RescuedJob)
-    return [(row.id, row.queue, row.task, row.state) for row in rows]
+                  "delays": list(delays.values()), "shared": shared, "running": running,
+                  "max_refunds": MAX_REFUNDS}, HolderRescue)
 
 
 def running_leases(conn: Conn) -> list[Lease]:

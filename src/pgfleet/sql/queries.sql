@@ -294,27 +294,44 @@ SELECT j.id, j.queue, j.attempt, td.backoff AS task_backoff
  ORDER BY j.id
 
 -- name: rescue_holder :many
--- R3a: the supervisor saw this worker exit; its running jobs failed with the reason, and
--- are due again after their `delay`. Every job counts the crash (0007). A job alone in
--- the process is charged the attempt, so a job that kills its process cannot loop
--- forever; jobs that `shared` it get the attempt back and run alone from now on, so
--- the next crash names the culprit without charging its neighbours.
+-- R3a: the supervisor saw this worker exit. A job whose task code was running in it
+-- (`running`, noted by the worker's threads in shared memory; NULL: not known, all of
+-- them) failed with the reason and is due again after its `delay`; each counts the crash
+-- (0007). Such a job alone is charged the attempt, so a job that kills its process cannot
+-- loop forever; several running together (`shared`) get the attempt back and run alone
+-- from now on, so the next crash names the culprit without charging its neighbours.
+-- Any other job (claimed ahead and not started, or done and not yet committed) did not
+-- run into the crash: it goes back at once like a give-back, the attempt number kept (it
+-- is the fence) and refunded up to max_refunds times.
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
              FROM pgfleet.failed_attempt(
                       j.attempt,
-                      CASE WHEN %(shared)s THEN j.attempt + 1 ELSE j.max_attempts + j.refunds END,
-                      j.run_at, j.errors, %(error)s, d.delay,
-                      logged_error => CASE WHEN %(shared)s
-                                      THEN %(error)s || ' (beside other jobs: not charged)'
-                                      END) f),
-       attempt = j.attempt - CASE WHEN %(shared)s THEN 1 ELSE 0 END,
-       crashes = j.crashes + 1, solo = j.solo OR %(shared)s,
+                      CASE WHEN NOT d.ran
+                           THEN j.max_attempts + least(j.refunds + 1, %(max_refunds)s)
+                           WHEN %(shared)s THEN j.attempt + 1
+                           ELSE j.max_attempts + j.refunds END,
+                      j.run_at, j.errors, %(error)s,
+                      CASE WHEN d.ran THEN d.delay ELSE 0 END,
+                      logged_error => CASE
+                          WHEN NOT d.ran AND j.refunds < %(max_refunds)s
+                          THEN %(error)s || ' (not running its task: attempt refunded)'
+                          WHEN NOT d.ran
+                          THEN %(error)s || ' (not running its task: attempt counted, '
+                               || %(max_refunds)s || ' refunds used)'
+                          WHEN %(shared)s THEN %(error)s || ' (beside other jobs: not charged)'
+                          END) f),
+       attempt = j.attempt - CASE WHEN d.ran AND %(shared)s THEN 1 ELSE 0 END,
+       refunds = CASE WHEN d.ran THEN j.refunds ELSE least(j.refunds + 1, %(max_refunds)s) END,
+       crashes = j.crashes + CASE WHEN d.ran THEN 1 ELSE 0 END,
+       solo = j.solo OR (d.ran AND %(shared)s),
        lease_holder = NULL, lease_expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS d(id, delay)
+  FROM (SELECT u.id, u.delay,
+               %(running)s::bigint[] IS NULL OR u.id = ANY(%(running)s::bigint[]) AS ran
+          FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS u(id, delay)) d
  WHERE j.id = d.id AND j.lease_holder = %(worker)s AND j.state = 'running'
-RETURNING j.id, j.queue, j.task, j.state::text AS state
+RETURNING j.id, j.queue, j.task, j.state::text AS state, d.ran
 
 -- name: running_leases :many
 -- What a rescuer watches: who holds each running job, at which attempt, after how many

@@ -85,7 +85,7 @@ class Supervisor:
         self.board = BeaconBoard(BOARD_SLOTS)
         self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
         self.rescue = RescuePipe()
-        self.draining = Draining[tuple[Child, str]](lambda d: self._request_rescue(*d))
+        self.draining = Draining[tuple[Child, str, list[int]]](lambda d: self._request_rescue(*d))
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
@@ -257,15 +257,17 @@ class Supervisor:
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
         if slot.kind == "worker":
             # What its jobs started may still run: the jobs wait for the group to empty.
-            self.draining.add(child.pid, (child, reason))
+            # Which jobs its threads were running is read now, before the slot is reused.
+            running = self.board.running_jobs(child.board_index)
+            self.draining.add(child.pid, (child, reason, running))
         if not child.retiring and not self.stopping:
             self.restarts.record_exit(self.config, slot, restart_reason, was_ready)
 
-    def _request_rescue(self, child: Child, reason: str) -> None:
+    def _request_rescue(self, child: Child, reason: str, running: list[int]) -> None:
         """Tell the maintenance process to give back what the dead worker held. The
         write never blocks the arbiter: if the pipe were ever full, the lease expiry
         rescues the jobs instead."""
-        if not self.rescue.request(child.worker_id, f"worker died: {reason}"):
+        if not self.rescue.request(child.worker_id, f"worker died: {reason}", running):
             log.warning("rescue pipe full; jobs of %s wait for their lease", child.worker_id)
 
     # ---- liveness --------------------------------------------------------------------

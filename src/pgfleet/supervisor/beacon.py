@@ -17,6 +17,11 @@ import time
 _BEAT = struct.Struct("dd")  # last beat (monotonic seconds), jobs running: the child's
 _PEERS = struct.Struct("d")  # workers of the child's queue: the master's
 _SLOT_SIZE = _BEAT.size + _PEERS.size
+# One job id per executor thread (0: none), after the beat slots; as many as a worker
+# may have threads (QueueConfig.threads).
+MAX_THREADS = 256
+_JOB = struct.Struct("q")
+_JOBS_SIZE = MAX_THREADS * _JOB.size
 
 
 class BeaconBoard:
@@ -24,7 +29,9 @@ class BeaconBoard:
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
-        self.memory = mmap.mmap(-1, max(mmap.PAGESIZE, slots * _SLOT_SIZE))
+        self.jobs_at = slots * _SLOT_SIZE
+        # Anonymous shared memory: pages no worker writes are never allocated.
+        self.memory = mmap.mmap(-1, max(mmap.PAGESIZE, self.jobs_at + slots * _JOBS_SIZE))
 
     def beacon(self, index: int) -> Beacon:
         return Beacon(self, index)
@@ -32,6 +39,8 @@ class BeaconBoard:
     def reset_unready(self, index: int) -> None:
         """Before a fork: the start counts as the first beat; -1 jobs means 'not ready'."""
         _BEAT.pack_into(self.memory, index * _SLOT_SIZE, time.monotonic(), -1.0)
+        start = self.jobs_at + index * _JOBS_SIZE
+        self.memory[start:start + _JOBS_SIZE] = bytes(_JOBS_SIZE)
 
     def set_peers(self, index: int, count: int) -> None:
         """The master: the child's queue now runs `count` workers."""
@@ -41,6 +50,13 @@ class BeaconBoard:
         """Did the child in this slot ever beat? A child that died before that failed
         to start (an import error, say), which the restart policy treats differently."""
         return self.read(index)[1] >= 0
+
+    def running_jobs(self, index: int) -> list[int]:
+        """The jobs whose task code the child in this slot was running, as its threads
+        last noted (read after it died, so nothing writes meanwhile)."""
+        start = self.jobs_at + index * _JOBS_SIZE
+        return sorted({job for (job,) in _JOB.iter_unpack(self.memory[start:start + _JOBS_SIZE])
+                       if job})
 
     def read(self, index: int) -> tuple[float, int]:
         beat, busy = _BEAT.unpack_from(self.memory, index * _SLOT_SIZE)
@@ -56,6 +72,14 @@ class Beacon:
 
     def beat(self, busy: int) -> None:
         _BEAT.pack_into(self.board.memory, self.index * _SLOT_SIZE, time.monotonic(), float(busy))
+
+    def running(self, thread: int, job_id: int) -> None:
+        """Executor thread `thread` entered the task of `job_id` (0: left it). The config
+        allows no more threads than MAX_THREADS; a thread beyond would go unnoted."""
+        if thread < MAX_THREADS:
+            _JOB.pack_into(self.board.memory,
+                           self.board.jobs_at + self.index * _JOBS_SIZE + thread * _JOB.size,
+                           job_id)
 
     def peers(self) -> int:
         """Workers of this child's queue, as the master last wrote it."""

@@ -1,11 +1,14 @@
 """The pipe on which the arbiter names its dead workers to the maintenance process, which
 gives their jobs back at once instead of at lease expiry. One line per worker:
-`WORKER_ID<TAB>REASON`."""
+`WORKER_ID<TAB>REASON<TAB>RUNNING`, RUNNING the comma-separated ids of the jobs whose task
+code the worker's threads were in when it died (empty: none; the field absent: unknown,
+so every job it held counts as running)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 
 
 class RescuePipe:
@@ -16,10 +19,16 @@ class RescuePipe:
         # The arbiter must never block on a full pipe; the lease expiry is the fallback.
         os.set_blocking(self.write_fd, False)
 
-    def request(self, worker_id: str, reason: str) -> bool:
+    def request(self, worker_id: str, reason: str, running: list[int] | None) -> bool:
         """Arbiter side: ask for the rescue of `worker_id`; False if the pipe is full."""
+        line = f"{worker_id}\t{reason}"
+        if running is not None:
+            ids = f"{line}\t{','.join(map(str, running))}"
+            # A write up to PIPE_BUF is whole or nothing; a longer one could be torn by a
+            # nearly full pipe. Beyond it (hundreds of threads), say "unknown" instead.
+            line = ids if len(ids) < select.PIPE_BUF else line
         try:
-            os.write(self.write_fd, f"{worker_id}\t{reason}\n".encode())
+            os.write(self.write_fd, f"{line}\n".encode())
         except BlockingIOError:
             return False
         return True
@@ -39,8 +48,9 @@ class RescueReader:
         os.set_blocking(fd, False)
         self.buffer = b""
 
-    def read(self) -> list[tuple[str, str]]:
-        """Maintenance side: the complete requests available now, as (worker, reason)."""
+    def read(self) -> list[tuple[str, str, list[int] | None]]:
+        """Maintenance side: the complete requests available now, as (worker, reason,
+        running job ids or None for unknown)."""
         try:
             chunk = os.read(self.fd, 65536)
         except (BlockingIOError, InterruptedError):
@@ -49,7 +59,9 @@ class RescueReader:
         *lines, self.buffer = self.buffer.split(b"\n")
         found = []
         for line in lines:
-            worker, _, reason = line.decode("utf-8", "replace").partition("\t")
+            worker, _, rest = line.decode("utf-8", "replace").partition("\t")
+            reason, tab, ids = rest.partition("\t")
             if worker:
-                found.append((worker, reason or "worker died"))
+                running = [int(i) for i in ids.split(",") if i.isdigit()] if tab else None
+                found.append((worker, reason or "worker died", running))
         return found

@@ -117,8 +117,12 @@ def describe_exception(exc: BaseException) -> str:
 
 class Executor:
     def __init__(self, *, queue: str, worker_id: str, args_limit: int,
-                 wake: Callable[[], None]) -> None:
+                 wake: Callable[[], None],
+                 note_running: Callable[[int, int], None] | None = None) -> None:
         self.queue = queue
+        # (thread index, job id or 0): which job's task code each thread is in, for the
+        # supervisor to know, should this process die, which jobs were running.
+        self.note_running = note_running
         self.worker_id = worker_id
         self.args_limit = args_limit
         self.wake = wake
@@ -132,8 +136,8 @@ class Executor:
 
     def start(self, count: int) -> None:
         for index in range(count):
-            thread = threading.Thread(target=self._serve, name=f"pgfleet-job-{index}",
-                                      daemon=True)
+            thread = threading.Thread(target=self._serve, args=(index,),
+                                      name=f"pgfleet-job-{index}", daemon=True)
             thread.start()
             self.threads.append(thread)
 
@@ -178,15 +182,23 @@ class Executor:
 
     # ---- in the executor threads --------------------------------------------------------
 
-    def _serve(self) -> None:
-        get, put, wake = self.todo.get, self.outcomes.put, self.wake
+    def _serve(self, index: int) -> None:
+        get, put, wake, note = self.todo.get, self.outcomes.put, self.wake, self.note_running
         while True:
             try:
                 running = get()
                 if running is None:
                     self.loops.close()
                     return
-                put(self._execute(running))
+                if note is None:
+                    outcome = self._execute(running)
+                else:
+                    note(index, running.job.id)
+                    try:
+                        outcome = self._execute(running)
+                    finally:
+                        note(index, 0)
+                put(outcome)
                 wake()
             except (JobTimeout, LeaseLost, WorkerStopping, Cancelled):
                 # An interrupt that landed just after its job had ended: nothing to do.

@@ -104,7 +104,8 @@ class Worker(ChildProcess):
         self.events = WorkerEvents()
         self.metric = MetricCache()
         self.executor = Executor(queue=settings.queue, worker_id=settings.worker_id,
-                                 args_limit=settings.args_limit, wake=self.wakeup.poke)
+                                 args_limit=settings.args_limit, wake=self.wakeup.poke,
+                                 note_running=self.beacon.running if self.beacon else None)
         self.claims = Claims(settings)
         self.completer = Completer(queue=settings.queue, worker_id=settings.worker_id,
                                    backoff=settings.backoff, executor=self.executor,

@@ -1,0 +1,40 @@
+"""The arbiter's requests to the maintenance process: which worker died, why, and which
+jobs its threads were running (none, some, or not known)."""
+
+from __future__ import annotations
+
+import os
+
+from pgfleet.supervisor.beacon import MAX_THREADS, BeaconBoard
+from pgfleet.supervisor.rescue_pipe import RescuePipe, RescueReader
+
+
+def test_requests_carry_the_running_jobs_or_say_they_are_unknown() -> None:
+    pipe = RescuePipe()
+    try:
+        reader = RescueReader(pipe.read_fd)
+        assert pipe.request("host:1:a", "worker died: SIGKILL", [7, 9])
+        assert pipe.request("host:2:b", "worker died: SIGSEGV", [])
+        assert pipe.request("host:3:c", "worker died: SIGKILL", None)
+        # Too many ids for one whole write: sent as unknown rather than torn.
+        assert pipe.request("host:4:d", "worker died: SIGKILL", list(range(10**9, 10**9 + 500)))
+        assert reader.read() == [("host:1:a", "worker died: SIGKILL", [7, 9]),
+                                 ("host:2:b", "worker died: SIGSEGV", []),
+                                 ("host:3:c", "worker died: SIGKILL", None),
+                                 ("host:4:d", "worker died: SIGKILL", None)]
+    finally:
+        os.close(pipe.read_fd)
+        pipe.close()
+
+
+def test_the_board_keeps_what_each_thread_runs_until_the_slot_is_reused() -> None:
+    board = BeaconBoard(4)
+    beacon = board.beacon(2)
+    beacon.running(0, 41)
+    beacon.running(5, 42)
+    beacon.running(MAX_THREADS - 1, 43)
+    beacon.running(0, 0)  # thread 0 left its job
+    assert board.running_jobs(2) == [42, 43]
+    assert board.running_jobs(1) == []
+    board.reset_unready(2)  # the next child forked into the slot starts clean
+    assert board.running_jobs(2) == []
