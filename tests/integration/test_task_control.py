@@ -129,6 +129,17 @@ def test_a_running_job_is_cancelled_and_the_task_sees_it(dsn: str) -> None:
         conn.execute("SELECT pgfleet.job_result(%s)", (job_id,))
 
 
+def test_the_progress_a_task_reports_last_is_kept_after_it_ends(dsn: str) -> None:
+    """Reports are written at most about once a second while a job runs; the last one
+    of a job that ends sooner used to be lost, leaving the row at its first report."""
+    ids = pgfleet.enqueue_many(dsn, [{"task": "ctl.quick_progress", "args": {"steps": 50}}] * 3)
+    with worker(dsn):
+        for job_id in ids:
+            assert pgfleet.result(dsn, job_id, timeout=120) == 50
+    for job_id in ids:
+        assert job(dsn, job_id)["progress"] == {"done": 50, "of": 50}, job_id
+
+
 def test_a_task_that_ignores_the_cancel_is_interrupted(dsn: str) -> None:
     job_id = pgfleet.enqueue(dsn, "ctl.ignores_cancel")
     with worker(dsn):

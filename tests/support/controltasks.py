@@ -50,6 +50,17 @@ def until_cancelled() -> str:
     return "never cancelled"
 
 
+@pgfleet.task(name="ctl.quick_progress")
+def quick_progress(steps: int) -> int:
+    """Reports every step within far less than a second, then returns: only the last
+    report can be in the row, and it must be."""
+    job = _job()
+    for step in range(1, steps + 1):
+        job.progress({"done": step, "of": steps})
+    audit("finished")
+    return steps
+
+
 @pgfleet.task(name="ctl.ignores_cancel")
 def ignores_cancel() -> None:
     """Never looks at current_job().cancelled: the worker has to interrupt it."""

@@ -350,6 +350,19 @@ class Executor:
             due.append((running.job.id, running.job.attempt, text))
         return due
 
+    @staticmethod
+    def last_progress(ended: list[Outcome]) -> list[tuple[int, int, str]]:
+        """(id, attempt, progress JSON) of ended jobs whose latest report is unwritten: the
+        throttle of progress_due does not apply to a job's last report."""
+        due = []
+        for outcome in ended:
+            running = outcome.running
+            control = running.control
+            if control.progress is not None and control.reported != control.written:
+                control.written = control.reported
+                due.append((running.job.id, running.job.attempt, control.progress))
+        return due
+
     def interrupt(self, running: Running, reason: type[BaseException] = JobTimeout) -> None:
         """Raise `reason` in the job's thread at its next bytecode. A thread blocked in C
         (a sleep, a socket read) sees it only when that call returns."""
