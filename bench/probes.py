@@ -60,9 +60,7 @@ def bulk(db: Database, runs: int) -> None:
     text_sql = sql.replace(b")b::", b")s::")  # the same statement with text-format arrays
 
     def columns(rows: list[Any]) -> dict[str, Any]:
-        names = ("tasks", "args", "queues", "priorities", "delays", "run_ats",
-                 "max_attempts", "unique_keys")
-        return {n: list(c) for n, c in zip(names, zip(*rows, strict=True), strict=True)}
+        return store.enqueue_many_params(rows)
 
     out: dict[str, list[float]] = {}
     for _ in range(runs):
@@ -80,7 +78,7 @@ def bulk(db: Database, runs: int) -> None:
             with conn.cursor().copy("COPY pgfleet.jobs (task, args, queue, priority,"
                                     " max_attempts) FROM STDIN") as copy:
                 for r in rows:
-                    copy.write_row((r[0], r[1], r[2], r[3], r[6]))
+                    copy.write_row((r[0], r[1], r[2], r[3], r[6] or 20))
             conn.commit()
             out.setdefault("COPY without ids (ms)", []).append(
                 (time.perf_counter() - start) * 1000)
