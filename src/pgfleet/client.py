@@ -6,6 +6,7 @@ pass a DSN string and pgfleet opens, commits and closes a connection of its own.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -162,17 +163,45 @@ def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int
 
     Each job is a mapping with `task` and optionally `args`, `queue`, `priority`, `delay`,
     `run_at`, `max_attempts`, `unique_key`, `meta` and `concurrency_key`. Every job is
-    validated before the first row is sent, so a bad one leaves nothing behind.
+    validated before it is sent, and a bad one leaves nothing behind: the rows already
+    sent are rolled back (a savepoint in the caller's transaction) before PayloadError.
     """
+    if producer.direct():
+        return _stream(conn, jobs)
     return producer.send(_rows(jobs), lambda rows: _insert_rows(conn, rows),
                          lambda ids: ids, lambda ids: ids)
 
 
-def _rows(jobs: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """Validate the jobs of a bulk enqueue; PayloadError names the first bad one."""
+def _stream(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+    """enqueue_many without middleware: chunk k+1 is validated and encoded while the
+    server inserts chunk k (store.enqueue_chunks), which roughly halves the time of a
+    large batch on a machine with a core for each side."""
+    batches = _batches(jobs)
+    first = next(batches, None)
+    if first is None:
+        return []
+    second = next(batches, None)
+    raw = [first] if second is None else itertools.chain((first, second), batches)
+    validated = (_rows(batch, start) for start, batch in raw)
+    with _connection(conn) as c:
+        return store.enqueue_chunks(c, validated, several=second is not None)
+
+
+def _batches(jobs: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, list[Mapping[str, Any]]]]:
+    """The jobs in BULK_CHUNK slices, each with the index of its first job."""
+    it = iter(jobs)
+    start = 0
+    while batch := list(itertools.islice(it, BULK_CHUNK)):
+        yield start, batch
+        start += len(batch)
+
+
+def _rows(jobs: Iterable[Mapping[str, Any]], start: int = 0) -> list[Row]:
+    """Validate the jobs of a bulk enqueue; PayloadError names the first bad one by its
+    index among all the jobs (`start` is the index of the first of these)."""
     rows: list[Row] = []
     append = rows.append
-    for index, job in enumerate(jobs):
+    for index, job in enumerate(jobs, start):
         if not job.keys() <= _JOB_FIELDS:
             unknown = set(job) - _JOB_FIELDS
             raise PayloadError(f"jobs[{index}]", f"unknown field(s) {sorted(unknown)}")

@@ -7,7 +7,7 @@ the application's own (transactional enqueue) or a worker's autocommit connectio
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, TypeVar
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import class_row
 
-from pgfleet import enqueue_plan, payload
+from pgfleet import bulk_arrays, enqueue_plan, payload
 from pgfleet.errors import PayloadError
 from pgfleet.flow import FlowLimits
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
@@ -103,6 +103,23 @@ def _many(conn: Conn, name: str, params: Params, row: type[Row]) -> list[Row]:
     return _fetch(conn, _query(name, Cardinality.MANY), params, row)
 
 
+def _send_many(cur: psycopg.Cursor[Any], name: str, params: Params, row: type[Any]) -> None:
+    """Run a :many query whose rows are read later by _tuples: in a pipeline the call
+    returns without waiting for them. `row` is the dataclass naming its columns."""
+    cur.execute(_query(name, Cardinality.MANY).sql, params)
+
+
+def _tuples(cur: psycopg.Cursor[Any], row: type[Any]) -> list[Any]:
+    """The rows of _send_many as plain tuples in the order of `row`'s fields, which the
+    columns must have: tens of thousands of dataclasses would cost more than the query."""
+    rows = cur.fetchall()
+    names = [column.name for column in cur.description or ()]
+    expected = [field.name for field in fields(row)]
+    if names != expected:
+        raise CardinalityError(f"columns {names} do not match {row.__name__} {expected}")
+    return rows
+
+
 def _scalar(conn: Conn, name: str, params: Params = None) -> Any:
     query = _query(name, Cardinality.SCALAR)
     cur = conn.execute(query.sql, params)
@@ -186,34 +203,106 @@ def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
 
     Each row is (task, args JSON, queue, priority, delay, run_at, max_attempts,
     unique_key, meta JSON, concurrency_key), as client._row makes it."""
+    return enqueue_chunks(conn, [rows] if rows else [], several=False)
+
+
+def enqueue_chunks(conn: Conn, chunks: Iterable[Sequence[tuple[Any, ...]]],
+                   several: bool) -> list[int]:
+    """Insert chunks of rows, one statement each, sent back to back in one pipeline: the
+    server inserts a chunk while the next is validated (`chunks` may be a generator that
+    validates lazily) and encoded. Then each chunk's keys held elsewhere are looked up
+    (enqueue_plan). Returns the ids in input order.
+
+    All or nothing: with `several` chunks, they go in one transaction (an autocommit
+    connection) or under a savepoint (the caller's transaction), so that a PayloadError
+    raised while validating a later chunk removes the rows already sent and leaves the
+    caller's transaction usable, as when every row was validated before the first was
+    sent."""
+    sent: list[Sequence[tuple[Any, ...]]] = []
+    if not several:
+        return _drive_all(conn, sent, _insert_pipelined(conn, chunks, sent))
+    if conn.autocommit:
+        with conn.transaction():
+            return _drive_all(conn, sent, _insert_pipelined(conn, chunks, sent))
+    conn.execute(b"SAVEPOINT pgfleet_enqueue_many")
+    try:
+        inserted = _insert_pipelined(conn, chunks, sent)
+    except PayloadError:
+        conn.execute(b"ROLLBACK TO SAVEPOINT pgfleet_enqueue_many")
+        conn.execute(b"RELEASE SAVEPOINT pgfleet_enqueue_many")
+        raise
+    ids = _drive_all(conn, sent, inserted)
+    conn.execute(b"RELEASE SAVEPOINT pgfleet_enqueue_many")
+    return ids
+
+
+Inserted = enqueue_plan.Inserted
+
+
+def _insert_pipelined(conn: Conn, chunks: Iterable[Sequence[tuple[Any, ...]]],
+                      sent: list[Sequence[tuple[Any, ...]]] | None = None,
+                      ) -> list[list[Inserted]]:
+    """Send each chunk's INSERT without waiting for the previous one's result; the
+    chunks actually sent are appended to `sent`."""
+    cursors = []
+    with conn.pipeline():
+        for rows in chunks:
+            cur = conn.cursor()
+            bulk_arrays.register(cur.adapters)
+            _send_many(cur, "enqueue_many", enqueue_many_params(rows), KeyedJob)
+            cursors.append(cur)
+            if sent is not None:
+                sent.append(rows)
+    results: list[list[Inserted]] = []
+    for cur in cursors:
+        with cur:
+            results.append(_tuples(cur, KeyedJob))
+    return results
+
+
+def _drive_all(conn: Conn, chunks: Sequence[Sequence[tuple[Any, ...]]],
+               inserted: Sequence[list[Inserted]]) -> list[int]:
+    ids: list[int] = []
+    for rows, done in zip(chunks, inserted, strict=True):
+        ids.extend(_drive(conn, rows, done))
+    return ids
+
+
+def _drive(conn: Conn, rows: Sequence[tuple[Any, ...]], inserted: list[Inserted]) -> list[int]:
+    """Run the rest of enqueue_plan for one chunk whose first insert is done."""
     plan = enqueue_plan.enqueue_many(rows)
     try:
-        step = next(plan)
+        next(plan)
+        step = plan.send(inserted)
         while True:
             kind, value = step
             if kind == "insert":
-                step = plan.send(_insert_many(conn, value))
+                step = plan.send(_insert_pipelined(conn, [value])[0])
             else:
                 step = plan.send(_many(conn, "existing_by_unique_key", value, KeyHolder))
     except StopIteration as done:
         return list(done.value)
 
 
+def _nulls_to_none(values: Sequence[Any]) -> list[Any] | None:
+    return None if values.count(None) == len(values) else list(values)
+
+
 def enqueue_many_params(rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
-    """The parameters of the enqueue_many query for rows (client._row's tuples)."""
+    """The parameters of the enqueue_many query for rows (client._row's tuples), as
+    binary arrays (bulk_arrays); a column NULL in every row is sent as a NULL array."""
     (tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys, metas,
-     concurrency_keys) = (list(column) for column in zip(*rows, strict=True))
+     concurrency_keys) = zip(*rows, strict=True)
     return {
-        "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
-        "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
-        "unique_keys": unique_keys, "metas": metas, "concurrency_keys": concurrency_keys,
+        "tasks": bulk_arrays.text_array(tasks), "args": bulk_arrays.text_array(args),
+        "queues": bulk_arrays.text_array(queues),
+        "priorities": bulk_arrays.int4_array(priorities),
+        "run_ats": _nulls_to_none(run_ats), "delays": bulk_arrays.float8_array(delays),
+        "max_attempts": bulk_arrays.int4_array(max_attempts),
+        "unique_keys": bulk_arrays.text_array(unique_keys),
+        "metas": bulk_arrays.text_array(metas),
+        "concurrency_keys": bulk_arrays.text_array(concurrency_keys),
     }
-
-
-def _insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[KeyedJob]:
-    if not rows:
-        return []
-    return _many(conn, "enqueue_many", enqueue_many_params(rows), KeyedJob)
 
 
 # ---- the enqueues on an asyncio connection (pgfleet.enqueue_async): the same queries,
@@ -236,6 +325,18 @@ async def enqueue_async(conn: AsyncConn, **fields: Any) -> Enqueued:
     return (await _fetch_async(conn, name, params, Enqueued))[0]
 
 
+async def _insert_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -> list[Inserted]:
+    async with conn.cursor() as cur:
+        bulk_arrays.register(cur.adapters)
+        await cur.execute(_query("enqueue_many", Cardinality.MANY).sql,
+                          enqueue_many_params(rows))
+        found = await cur.fetchall()
+        names = [column.name for column in cur.description or ()]
+    if names != [field.name for field in fields(KeyedJob)]:
+        raise CardinalityError(f"enqueue_many returned columns {names}")
+    return found
+
+
 async def enqueue_many_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     """store.enqueue_many on an AsyncConnection: the same plan of statements."""
     plan = enqueue_plan.enqueue_many(rows)
@@ -244,8 +345,7 @@ async def enqueue_many_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -
         while True:
             kind, value = step
             if kind == "insert":
-                found: list[Any] = await _fetch_async(
-                    conn, "enqueue_many", enqueue_many_params(value), KeyedJob)
+                found: list[Any] = await _insert_async(conn, value)
             else:
                 found = await _fetch_async(conn, "existing_by_unique_key", value, KeyHolder)
             step = plan.send(found)
