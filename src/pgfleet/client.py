@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import payload, producer, store
+from pgfleet import bulk_enqueue, payload, producer, store
 from pgfleet.db import connect
 from pgfleet.errors import PayloadError
 from pgfleet.rows import Enqueued
@@ -184,7 +184,7 @@ def _stream(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
     raw = [first] if second is None else itertools.chain((first, second), batches)
     validated = (_rows(batch, start) for start, batch in raw)
     with _connection(conn) as c:
-        return store.enqueue_chunks(c, validated, several=second is not None)
+        return bulk_enqueue.enqueue_chunks(c, validated, atomic=second is not None)
 
 
 def _batches(jobs: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, list[Mapping[str, Any]]]]:
@@ -202,17 +202,12 @@ def _rows(jobs: Iterable[Mapping[str, Any]], start: int = 0) -> list[Row]:
     rows: list[Row] = []
     append = rows.append
     for index, job in enumerate(jobs, start):
-        if not job.keys() <= _JOB_FIELDS:
+        keys = job.keys()
+        if not keys <= _JOB_FIELDS:
             unknown = set(job) - _JOB_FIELDS
             raise PayloadError(f"jobs[{index}]", f"unknown field(s) {sorted(unknown)}")
-        get = job.get
         try:
-            append(_row(
-                job["task"], get("args"), queue=get("queue"), priority=get("priority", 0),
-                delay=get("delay"), run_at=get("run_at"), max_attempts=get("max_attempts"),
-                unique_key=get("unique_key"), meta=get("meta"),
-                concurrency_key=get("concurrency_key"),
-            ))
+            append(_plain_row(job) if keys <= _PLAIN_FIELDS else _job_row(job))
         except KeyError:
             raise PayloadError(f"jobs[{index}].task", "is missing") from None
         except PayloadError as exc:
@@ -220,10 +215,32 @@ def _rows(jobs: Iterable[Mapping[str, Any]], start: int = 0) -> list[Row]:
     return rows
 
 
-def _insert_rows(conn: ConnOrDsn, rows: Sequence[Row]) -> list[int]:
-    ids: list[int] = []
-    with _connection(conn) as c:
-        for start in range(0, len(rows), BULK_CHUNK):
-            ids.extend(store.enqueue_many(c, rows[start : start + BULK_CHUNK]))
-    return ids
+def _job_row(job: Mapping[str, Any]) -> Row:
+    get = job.get
+    return _row(job["task"], get("args"), queue=get("queue"), priority=get("priority", 0),
+                delay=get("delay"), run_at=get("run_at"), max_attempts=get("max_attempts"),
+                unique_key=get("unique_key"), meta=get("meta"),
+                concurrency_key=get("concurrency_key"))
 
+
+# The fields of most jobs in a large batch; the others take their defaults.
+_PLAIN_FIELDS = frozenset({"task", "args", "queue"})
+
+
+def _plain_row(job: Mapping[str, Any]) -> Row:
+    """_job_row for a job of only task, args and queue, without the keyword call and the
+    checks of absent fields (~0.5 us of a bulk enqueue's ~2.5 us per job)."""
+    task, queue = job["task"], job.get("queue")
+    if isinstance(task, Task):
+        return _job_row(job)
+    return (payload.name("task", task), payload.args_json(job.get("args")),
+            payload.name("queue", queue) if queue is not None else None,
+            0, 0.0, None, None, None, None, None)
+
+
+def _insert_rows(conn: ConnOrDsn, rows: Sequence[Row]) -> list[int]:
+    """Rows already validated (and shown to the middleware): as before issue 16, each
+    chunk on its own, so an autocommit connection commits them one by one."""
+    chunks = [rows[start:start + BULK_CHUNK] for start in range(0, len(rows), BULK_CHUNK)]
+    with _connection(conn) as c:
+        return bulk_enqueue.enqueue_chunks(c, chunks, atomic=False)

@@ -1,6 +1,6 @@
 """The statements of a bulk enqueue as a plan of steps, written once and driven by
-store.enqueue_many on a blocking connection and by store.enqueue_many_async on an asyncio
-one: insert the rows, then find the ids of rows whose unique key an unfinished job
+bulk_enqueue.enqueue_chunks on a blocking connection and by store.enqueue_many_async on an
+asyncio one: insert the rows, then find the ids of rows whose unique key an unfinished job
 already held (inserting again those whose holder finished meanwhile)."""
 
 from __future__ import annotations

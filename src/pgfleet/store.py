@@ -7,7 +7,7 @@ the application's own (transactional enqueue) or a worker's autocommit connectio
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, TypeVar
@@ -197,91 +197,23 @@ def enqueue_params(
     return params
 
 
-def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
-    """Insert rows in one statement; returns ids in input order (existing ids for keys
-    an unfinished job already holds).
-
-    Each row is (task, args JSON, queue, priority, delay, run_at, max_attempts,
-    unique_key, meta JSON, concurrency_key), as client._row makes it."""
-    return enqueue_chunks(conn, [rows] if rows else [], several=False)
-
-
-def enqueue_chunks(conn: Conn, chunks: Iterable[Sequence[tuple[Any, ...]]],
-                   several: bool) -> list[int]:
-    """Insert chunks of rows, one statement each, sent back to back in one pipeline: the
-    server inserts a chunk while the next is validated (`chunks` may be a generator that
-    validates lazily) and encoded. Then each chunk's keys held elsewhere are looked up
-    (enqueue_plan). Returns the ids in input order.
-
-    All or nothing: with `several` chunks, they go in one transaction (an autocommit
-    connection) or under a savepoint (the caller's transaction), so that a PayloadError
-    raised while validating a later chunk removes the rows already sent and leaves the
-    caller's transaction usable, as when every row was validated before the first was
-    sent."""
-    sent: list[Sequence[tuple[Any, ...]]] = []
-    if not several:
-        return _drive_all(conn, sent, _insert_pipelined(conn, chunks, sent))
-    if conn.autocommit:
-        with conn.transaction():
-            return _drive_all(conn, sent, _insert_pipelined(conn, chunks, sent))
-    conn.execute(b"SAVEPOINT pgfleet_enqueue_many")
-    try:
-        inserted = _insert_pipelined(conn, chunks, sent)
-    except PayloadError:
-        conn.execute(b"ROLLBACK TO SAVEPOINT pgfleet_enqueue_many")
-        conn.execute(b"RELEASE SAVEPOINT pgfleet_enqueue_many")
-        raise
-    ids = _drive_all(conn, sent, inserted)
-    conn.execute(b"RELEASE SAVEPOINT pgfleet_enqueue_many")
-    return ids
-
-
 Inserted = enqueue_plan.Inserted
 
 
-def _insert_pipelined(conn: Conn, chunks: Iterable[Sequence[tuple[Any, ...]]],
-                      sent: list[Sequence[tuple[Any, ...]]] | None = None,
-                      ) -> list[list[Inserted]]:
-    """Send each chunk's INSERT without waiting for the previous one's result; the
-    chunks actually sent are appended to `sent`."""
-    cursors = []
-    with conn.pipeline():
-        for rows in chunks:
-            cur = conn.cursor()
-            bulk_arrays.register(cur.adapters)
-            _send_many(cur, "enqueue_many", enqueue_many_params(rows), KeyedJob)
-            cursors.append(cur)
-            if sent is not None:
-                sent.append(rows)
-    results: list[list[Inserted]] = []
-    for cur in cursors:
-        with cur:
-            results.append(_tuples(cur, KeyedJob))
-    return results
+def send_enqueue_many(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+    """Send the INSERT of `rows` (client._row's tuples) on `cur`; in a pipeline this
+    returns at once. Read what it inserted with enqueue_many_result (bulk_enqueue.py)."""
+    bulk_arrays.register(cur.adapters)
+    _send_many(cur, "enqueue_many", enqueue_many_params(rows), KeyedJob)
 
 
-def _drive_all(conn: Conn, chunks: Sequence[Sequence[tuple[Any, ...]]],
-               inserted: Sequence[list[Inserted]]) -> list[int]:
-    ids: list[int] = []
-    for rows, done in zip(chunks, inserted, strict=True):
-        ids.extend(_drive(conn, rows, done))
-    return ids
+def enqueue_many_result(cur: psycopg.Cursor[Any]) -> list[Inserted]:
+    return _tuples(cur, KeyedJob)
 
 
-def _drive(conn: Conn, rows: Sequence[tuple[Any, ...]], inserted: list[Inserted]) -> list[int]:
-    """Run the rest of enqueue_plan for one chunk whose first insert is done."""
-    plan = enqueue_plan.enqueue_many(rows)
-    try:
-        next(plan)
-        step = plan.send(inserted)
-        while True:
-            kind, value = step
-            if kind == "insert":
-                step = plan.send(_insert_pipelined(conn, [value])[0])
-            else:
-                step = plan.send(_many(conn, "existing_by_unique_key", value, KeyHolder))
-    except StopIteration as done:
-        return list(done.value)
+def jobs_holding_keys(conn: Conn, params: Params) -> list[KeyHolder]:
+    """The unfinished jobs holding (task, unique key) pairs: what enqueue_many skipped."""
+    return _many(conn, "existing_by_unique_key", params, KeyHolder)
 
 
 def _nulls_to_none(values: Sequence[Any]) -> list[Any] | None:
