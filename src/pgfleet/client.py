@@ -165,6 +165,7 @@ def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int
     `run_at`, `max_attempts`, `unique_key`, `meta` and `concurrency_key`. Every job is
     validated before it is sent, and a bad one leaves nothing behind: the rows already
     sent are rolled back (a savepoint in the caller's transaction) before PayloadError.
+    On an autocommit connection the chunks of one call commit together.
     """
     if producer.direct():
         return _stream(conn, jobs)
