@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from pgfleet import enqueue_plan, store
-from pgfleet.errors import PayloadError
 
 Conn = psycopg.Connection[Any]
 Rows = Sequence[tuple[Any, ...]]
@@ -27,9 +27,10 @@ def enqueue_chunks(conn: Conn, chunks: Iterable[Rows], atomic: bool) -> list[int
     existing job's id for a unique key an unfinished job already holds).
 
     `atomic`: the chunks go in one transaction (an autocommit connection) or under a
-    savepoint (the caller's transaction), so that a PayloadError raised by `chunks` while
-    validating a later chunk removes the rows already sent and leaves the caller's
-    transaction usable, as when every row was validated before the first was sent."""
+    savepoint (the caller's transaction), so that an exception raised by `chunks` (a
+    PayloadError while validating a later chunk) removes the rows already sent and leaves
+    the caller's transaction usable, as when every row was validated before the first
+    was sent."""
     sent: list[Rows] = []
     if not atomic:
         return _finish(conn, sent, _insert(conn, chunks, sent))
@@ -39,9 +40,12 @@ def enqueue_chunks(conn: Conn, chunks: Iterable[Rows], atomic: bool) -> list[int
     conn.execute(b"SAVEPOINT " + _SAVEPOINT)
     try:
         inserted = _insert(conn, chunks, sent)
-    except PayloadError:
-        conn.execute(b"ROLLBACK TO SAVEPOINT " + _SAVEPOINT)
-        conn.execute(b"RELEASE SAVEPOINT " + _SAVEPOINT)
+    except BaseException:
+        # Raised on this side (a refused job, or the caller's iterable failing): undo the
+        # chunks sent. A database error has aborted the transaction, as it did before.
+        if conn.info.transaction_status is TransactionStatus.INTRANS:
+            conn.execute(b"ROLLBACK TO SAVEPOINT " + _SAVEPOINT)
+            conn.execute(b"RELEASE SAVEPOINT " + _SAVEPOINT)
         raise
     ids = _finish(conn, sent, inserted)
     conn.execute(b"RELEASE SAVEPOINT " + _SAVEPOINT)

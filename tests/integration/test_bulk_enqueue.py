@@ -4,6 +4,7 @@ when NULL in every row); migration 0017 inserts a batch without unique keys plai
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,6 +54,35 @@ def test_a_bad_job_in_a_later_chunk_leaves_nothing_on_an_autocommit_connection(
         assert conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
     with pytest.raises(PayloadError, match=r"jobs\[12\]\.args\.x"):
         pgfleet.enqueue_many(dsn, iter(jobs_with_bad_one(40, 12)))
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
+
+
+@pytest.mark.usefixtures("small_chunks")
+def test_an_iterable_failing_in_a_later_chunk_undoes_the_chunks_sent(dsn: str) -> None:
+    def jobs() -> Iterator[dict[str, Any]]:
+        yield from ({"task": "noop"} for _ in range(25))
+        raise RuntimeError("the caller's source broke")
+
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(RuntimeError, match="source broke"):
+            pgfleet.enqueue_many(conn, jobs())
+        assert conn.info.transaction_status is psycopg.pq.TransactionStatus.INTRANS
+        conn.commit()
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
+
+
+@pytest.mark.usefixtures("small_chunks")
+def test_a_database_error_in_a_later_chunk_aborts_the_transaction_as_before(
+        dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("ALTER TABLE pgfleet.jobs ADD CONSTRAINT probe CHECK (task <> 'boom')")
+        conn.commit()
+        pgfleet.enqueue(conn, "noop")
+        jobs = [{"task": "noop"}] * 25 + [{"task": "boom"}]
+        with pytest.raises(psycopg.errors.CheckViolation):
+            pgfleet.enqueue_many(conn, jobs)
+        assert conn.info.transaction_status is psycopg.pq.TransactionStatus.INERROR
+        conn.rollback()
     assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
 
 
