@@ -23,6 +23,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -33,6 +34,11 @@ from bench.common import Database, supervisor, write_config
 from bench.systems import MODES, Setup, drain
 from pgfleet import client, store
 from pgfleet.flow import FlowLimits
+
+try:  # absent from code before issue 16's binary arrays (an A/B baseline)
+    from pgfleet import bulk_arrays
+except ImportError:  # pragma: no cover
+    bulk_arrays = None  # type: ignore[assignment]
 
 N_BULK = 50_000
 
@@ -45,42 +51,67 @@ def _report(results: dict[str, list[float]], unit: str) -> None:
 
 def _timed_insert(db: Database, sql: bytes, params: Callable[[list[Any]], dict[str, Any]],
                   rows: list[Any], chunk: int = client.BULK_CHUNK) -> float:
+    """The INSERTs of `rows`, one chunk after the other's result, and the commit (ms)."""
     db.reset()
     with db.connect(autocommit=False) as conn:
         start = time.perf_counter()
         for first in range(0, len(rows), chunk):
-            conn.execute(sql, params(rows[first : first + chunk])).fetchall()
+            with conn.cursor() as cur:
+                if bulk_arrays is not None:
+                    bulk_arrays.register(cur.adapters)
+                cur.execute(sql, params(rows[first : first + chunk])).fetchall()
         conn.commit()
         return (time.perf_counter() - start) * 1000
+
+
+def _list_columns(rows: list[Any]) -> dict[str, Any]:
+    """The statement's parameters as Python lists, dumped element by element by psycopg
+    (what enqueue_many sent before its hand-built binary arrays)."""
+    names = ("tasks", "args", "queues", "priorities", "delays", "run_ats", "max_attempts",
+             "unique_keys", "metas", "concurrency_keys")
+    return {n: list(c) for n, c in zip(names, zip(*rows, strict=True), strict=True)}
+
+
+def _cpu_ms(pid: int) -> float:
+    """User + system CPU of a local process (the connection's backend), in ms: steadier
+    than wall time on a shared machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _end_to_end(db: Database, jobs: list[dict[str, Any]], out: dict[str, list[float]]) -> None:
+    db.reset()
+    with db.connect(autocommit=False) as conn:
+        backend = conn.info.backend_pid
+        server, mine, start = _cpu_ms(backend), time.process_time(), time.perf_counter()
+        pgfleet.enqueue_many(conn, jobs)
+        conn.commit()
+        elapsed = time.perf_counter() - start
+        out.setdefault("enqueue_many: client CPU (ms)", []).append(
+            (time.process_time() - mine) * 1000)
+        out.setdefault("enqueue_many: server CPU (ms)", []).append(_cpu_ms(backend) - server)
+        out.setdefault("enqueue_many end to end (rows/s)", []).append(N_BULK / elapsed)
 
 
 def bulk(db: Database, runs: int) -> None:
     jobs = [{"task": "bench.noop", "args": {"i": i}, "queue": "enqueue"} for i in range(N_BULK)]
     sql = store.q("enqueue_many")
-    text_sql = sql.replace(b")b::", b")s::")  # the same statement with text-format arrays
-
-    def columns(rows: list[Any]) -> dict[str, Any]:
-        names = ("tasks", "args", "queues", "priorities", "delays", "run_ats",
-                 "max_attempts", "unique_keys")
-        return {n: list(c) for n, c in zip(names, zip(*rows, strict=True), strict=True)}
-
     out: dict[str, list[float]] = {}
     for _ in range(runs):
         start = time.perf_counter()
-        rows = [client._row(j["task"], j["args"], queue=j["queue"], priority=0, delay=None,
-                            run_at=None, max_attempts=None, unique_key=None) for j in jobs]
+        rows = client._rows(jobs)
         out.setdefault("validation (ms)", []).append((time.perf_counter() - start) * 1000)
-        out.setdefault("INSERT, binary arrays (ms)", []).append(
-            _timed_insert(db, sql, columns, rows))
-        out.setdefault("INSERT, text arrays (ms)", []).append(
-            _timed_insert(db, text_sql, columns, rows))
+        out.setdefault("INSERT, arrays as sent (ms)", []).append(
+            _timed_insert(db, sql, store.enqueue_many_params, rows))
+        out.setdefault("INSERT, psycopg list arrays (ms)", []).append(
+            _timed_insert(db, sql, _list_columns, rows))
         db.reset()
         with db.connect(autocommit=False) as conn:
             start = time.perf_counter()
             with conn.cursor().copy("COPY pgfleet.jobs (task, args, queue, priority,"
                                     " max_attempts) FROM STDIN") as copy:
                 for r in rows:
-                    copy.write_row((r[0], r[1], r[2], r[3], r[6]))
+                    copy.write_row((r[0], r[1], r[2], r[3], r[6] or 20))
             conn.commit()
             out.setdefault("COPY without ids (ms)", []).append(
                 (time.perf_counter() - start) * 1000)
@@ -89,13 +120,7 @@ def bulk(db: Database, runs: int) -> None:
                          " FROM generate_series(1, %s)", (N_BULK,)).fetchall()
             out.setdefault("preallocating ids with nextval (ms)", []).append(
                 (time.perf_counter() - start) * 1000)
-        db.reset()
-        with db.connect(autocommit=False) as conn:
-            start = time.perf_counter()
-            pgfleet.enqueue_many(conn, jobs)
-            conn.commit()
-            out.setdefault("enqueue_many end to end (rows/s)", []).append(
-                N_BULK / (time.perf_counter() - start))
+        _end_to_end(db, jobs, out)
     _report(out, "")
 
 

@@ -6,6 +6,7 @@ pass a DSN string and pgfleet opens, commits and closes a connection of its own.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -13,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import payload, producer, store
+from pgfleet import bulk_enqueue, payload, producer, store
 from pgfleet.db import connect
 from pgfleet.errors import PayloadError
 from pgfleet.rows import Enqueued
@@ -162,28 +163,52 @@ def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int
 
     Each job is a mapping with `task` and optionally `args`, `queue`, `priority`, `delay`,
     `run_at`, `max_attempts`, `unique_key`, `meta` and `concurrency_key`. Every job is
-    validated before the first row is sent, so a bad one leaves nothing behind.
+    validated before it is sent, and a bad one leaves nothing behind: the rows already
+    sent are rolled back (a savepoint in the caller's transaction) before PayloadError.
+    On an autocommit connection the chunks of one call commit together.
     """
+    if producer.direct():
+        return _stream(conn, jobs)
     return producer.send(_rows(jobs), lambda rows: _insert_rows(conn, rows),
                          lambda ids: ids, lambda ids: ids)
 
 
-def _rows(jobs: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """Validate the jobs of a bulk enqueue; PayloadError names the first bad one."""
+def _stream(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+    """enqueue_many without middleware: chunk k+1 is validated and encoded while the
+    server inserts chunk k (store.enqueue_chunks), which roughly halves the time of a
+    large batch on a machine with a core for each side."""
+    batches = _batches(jobs)
+    first = next(batches, None)
+    if first is None:
+        return []
+    second = next(batches, None)
+    raw = [first] if second is None else itertools.chain((first, second), batches)
+    validated = (_rows(batch, start) for start, batch in raw)
+    with _connection(conn) as c:
+        return bulk_enqueue.enqueue_chunks(c, validated, atomic=second is not None)
+
+
+def _batches(jobs: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, list[Mapping[str, Any]]]]:
+    """The jobs in BULK_CHUNK slices, each with the index of its first job."""
+    it = iter(jobs)
+    start = 0
+    while batch := list(itertools.islice(it, BULK_CHUNK)):
+        yield start, batch
+        start += len(batch)
+
+
+def _rows(jobs: Iterable[Mapping[str, Any]], start: int = 0) -> list[Row]:
+    """Validate the jobs of a bulk enqueue; PayloadError names the first bad one by its
+    index among all the jobs (`start` is the index of the first of these)."""
     rows: list[Row] = []
     append = rows.append
-    for index, job in enumerate(jobs):
-        if not job.keys() <= _JOB_FIELDS:
+    for index, job in enumerate(jobs, start):
+        keys = job.keys()
+        if not keys <= _JOB_FIELDS:
             unknown = set(job) - _JOB_FIELDS
             raise PayloadError(f"jobs[{index}]", f"unknown field(s) {sorted(unknown)}")
-        get = job.get
         try:
-            append(_row(
-                job["task"], get("args"), queue=get("queue"), priority=get("priority", 0),
-                delay=get("delay"), run_at=get("run_at"), max_attempts=get("max_attempts"),
-                unique_key=get("unique_key"), meta=get("meta"),
-                concurrency_key=get("concurrency_key"),
-            ))
+            append(_plain_row(job) if keys <= _PLAIN_FIELDS else _job_row(job))
         except KeyError:
             raise PayloadError(f"jobs[{index}].task", "is missing") from None
         except PayloadError as exc:
@@ -191,10 +216,32 @@ def _rows(jobs: Iterable[Mapping[str, Any]]) -> list[Row]:
     return rows
 
 
-def _insert_rows(conn: ConnOrDsn, rows: Sequence[Row]) -> list[int]:
-    ids: list[int] = []
-    with _connection(conn) as c:
-        for start in range(0, len(rows), BULK_CHUNK):
-            ids.extend(store.enqueue_many(c, rows[start : start + BULK_CHUNK]))
-    return ids
+def _job_row(job: Mapping[str, Any]) -> Row:
+    get = job.get
+    return _row(job["task"], get("args"), queue=get("queue"), priority=get("priority", 0),
+                delay=get("delay"), run_at=get("run_at"), max_attempts=get("max_attempts"),
+                unique_key=get("unique_key"), meta=get("meta"),
+                concurrency_key=get("concurrency_key"))
 
+
+# The fields of most jobs in a large batch; the others take their defaults.
+_PLAIN_FIELDS = frozenset({"task", "args", "queue"})
+
+
+def _plain_row(job: Mapping[str, Any]) -> Row:
+    """_job_row for a job of only task, args and queue, without the keyword call and the
+    checks of absent fields (~0.5 us of a bulk enqueue's ~2.5 us per job)."""
+    task, queue = job["task"], job.get("queue")
+    if isinstance(task, Task):
+        return _job_row(job)
+    return (payload.name("task", task), payload.args_json(job.get("args")),
+            payload.name("queue", queue) if queue is not None else None,
+            0, 0.0, None, None, None, None, None)
+
+
+def _insert_rows(conn: ConnOrDsn, rows: Sequence[Row]) -> list[int]:
+    """Rows already validated (and shown to the middleware): as before issue 16, each
+    chunk on its own, so an autocommit connection commits them one by one."""
+    chunks = [rows[start:start + BULK_CHUNK] for start in range(0, len(rows), BULK_CHUNK)]
+    with _connection(conn) as c:
+        return bulk_enqueue.enqueue_chunks(c, chunks, atomic=False)

@@ -70,6 +70,17 @@ def _walk(value: Any, path: str) -> None:
 
 def _keys_are_text(value: dict[str, Any]) -> bool:
     """json.dumps turns int keys into strings silently; check keys (containers only)."""
+    # The top level first, without the stack: most args are one flat object.
+    nested = False
+    for key, child in value.items():
+        if type(key) is not str:
+            return False
+        if isinstance(child, (dict, list, tuple)):
+            nested = True
+    return not nested or _nested_keys_are_text(value)
+
+
+def _nested_keys_are_text(value: dict[str, Any]) -> bool:
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -123,7 +134,8 @@ def _fast_json(args: dict[str, Any]) -> str | None:
         if not _keys_are_text(args):
             return None
         text = _encode(args)
-        text.encode("utf-8")
+        if not text.isascii():  # ASCII text (a flag of the str, no scan) has no surrogate
+            text.encode("utf-8")
     except (TypeError, ValueError, RecursionError):
         return None
     return None if "\\u0000" in text else text
@@ -151,7 +163,7 @@ def _object_json(field: str, value: Any, limit: int) -> str:
         _walk(value, field)  # names the field at fault
         # Nothing was wrong: the suspicion came from a literal backslash-u0000 in a string.
         text = _ENCODER.encode(value)
-    size = len(text.encode("utf-8"))
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > limit:
         raise PayloadError(field, f"is {size} bytes, over the limit of {limit} bytes")
     return text

@@ -70,6 +70,12 @@ def _divert(rows: Sequence[Row]) -> list[int]:
                             for row in rows])
 
 
+def direct() -> bool:
+    """True when rows go straight to the database: no middleware to show them to and no
+    eager mode, so a bulk enqueue may send its first rows before validating the last."""
+    return not middleware.active() and not _diverted
+
+
 def send(rows: Sequence[Row], insert: Callable[[Sequence[Row]], T],
          ids_of: Callable[[T], list[int]], from_ids: Callable[[list[int]], T]) -> T:
     """Insert `rows` through the middleware. `ids_of` reads the job ids from what `insert`

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import class_row
 
-from pgfleet import enqueue_plan, payload
+from pgfleet import bulk_arrays, enqueue_plan, payload
 from pgfleet.errors import PayloadError
 from pgfleet.flow import FlowLimits
 from pgfleet.queries import Cardinality, CardinalityError, Query, catalogue
@@ -104,6 +104,23 @@ def _many(conn: Conn, name: str, params: Params, row: type[Row]) -> list[Row]:
     return _fetch(conn, _query(name, Cardinality.MANY), params, row)
 
 
+def _send_many(cur: psycopg.Cursor[Any], name: str, params: Params, row: type[Any]) -> None:
+    """Run a :many query whose rows are read later by _tuples: in a pipeline the call
+    returns without waiting for them. `row` is the dataclass naming its columns."""
+    cur.execute(_query(name, Cardinality.MANY).sql, params)
+
+
+def _tuples(cur: psycopg.Cursor[Any], row: type[Any]) -> list[Any]:
+    """The rows of _send_many as plain tuples in the order of `row`'s fields, which the
+    columns must have: tens of thousands of dataclasses would cost more than the query."""
+    rows = cur.fetchall()
+    names = [column.name for column in cur.description or ()]
+    expected = [field.name for field in fields(row)]
+    if names != expected:
+        raise CardinalityError(f"columns {names} do not match {row.__name__} {expected}")
+    return rows
+
+
 def _scalar(conn: Conn, name: str, params: Params = None) -> Any:
     query = _query(name, Cardinality.SCALAR)
     cur = conn.execute(query.sql, params)
@@ -181,40 +198,44 @@ def enqueue_params(
     return params
 
 
-def enqueue_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
-    """Insert rows in one statement; returns ids in input order (existing ids for keys
-    an unfinished job already holds).
+Inserted = enqueue_plan.Inserted
 
-    Each row is (task, args JSON, queue, priority, delay, run_at, max_attempts,
-    unique_key, meta JSON, concurrency_key), as client._row makes it."""
-    plan = enqueue_plan.enqueue_many(rows)
-    try:
-        step = next(plan)
-        while True:
-            kind, value = step
-            if kind == "insert":
-                step = plan.send(_insert_many(conn, value))
-            else:
-                step = plan.send(_many(conn, "existing_by_unique_key", value, KeyHolder))
-    except StopIteration as done:
-        return list(done.value)
+
+def send_enqueue_many(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+    """Send the INSERT of `rows` (client._row's tuples) on `cur`; in a pipeline this
+    returns at once. Read what it inserted with enqueue_many_result (bulk_enqueue.py)."""
+    bulk_arrays.register(cur.adapters)
+    _send_many(cur, "enqueue_many", enqueue_many_params(rows), KeyedJob)
+
+
+def enqueue_many_result(cur: psycopg.Cursor[Any]) -> list[Inserted]:
+    return _tuples(cur, KeyedJob)
+
+
+def jobs_holding_keys(conn: Conn, params: Params) -> list[KeyHolder]:
+    """The unfinished jobs holding (task, unique key) pairs: what enqueue_many skipped."""
+    return _many(conn, "existing_by_unique_key", params, KeyHolder)
+
+
+def _nulls_to_none(values: Sequence[Any]) -> list[Any] | None:
+    return None if values.count(None) == len(values) else list(values)
 
 
 def enqueue_many_params(rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
-    """The parameters of the enqueue_many query for rows (client._row's tuples)."""
+    """The parameters of the enqueue_many query for rows (client._row's tuples), as
+    binary arrays (bulk_arrays); a column NULL in every row is sent as a NULL array."""
     (tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys, metas,
-     concurrency_keys) = (list(column) for column in zip(*rows, strict=True))
+     concurrency_keys) = zip(*rows, strict=True)
     return {
-        "queues": queues, "tasks": tasks, "args": args, "priorities": priorities,
-        "run_ats": run_ats, "delays": delays, "max_attempts": max_attempts,
-        "unique_keys": unique_keys, "metas": metas, "concurrency_keys": concurrency_keys,
+        "tasks": bulk_arrays.text_array(tasks), "args": bulk_arrays.text_array(args),
+        "queues": bulk_arrays.text_array(queues),
+        "priorities": bulk_arrays.int4_array(priorities),
+        "run_ats": _nulls_to_none(run_ats), "delays": bulk_arrays.float8_array(delays),
+        "max_attempts": bulk_arrays.int4_array(max_attempts),
+        "unique_keys": bulk_arrays.text_array(unique_keys),
+        "metas": bulk_arrays.text_array(metas),
+        "concurrency_keys": bulk_arrays.text_array(concurrency_keys),
     }
-
-
-def _insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[KeyedJob]:
-    if not rows:
-        return []
-    return _many(conn, "enqueue_many", enqueue_many_params(rows), KeyedJob)
 
 
 # ---- the enqueues on an asyncio connection (pgfleet.enqueue_async): the same queries,
@@ -237,6 +258,18 @@ async def enqueue_async(conn: AsyncConn, **fields: Any) -> Enqueued:
     return (await _fetch_async(conn, name, params, Enqueued))[0]
 
 
+async def _insert_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -> list[Inserted]:
+    async with conn.cursor() as cur:
+        bulk_arrays.register(cur.adapters)
+        await cur.execute(_query("enqueue_many", Cardinality.MANY).sql,
+                          enqueue_many_params(rows))
+        found = await cur.fetchall()
+        names = [column.name for column in cur.description or ()]
+    if names != [field.name for field in fields(KeyedJob)]:
+        raise CardinalityError(f"enqueue_many returned columns {names}")
+    return found
+
+
 async def enqueue_many_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
     """store.enqueue_many on an AsyncConnection: the same plan of statements."""
     plan = enqueue_plan.enqueue_many(rows)
@@ -245,8 +278,7 @@ async def enqueue_many_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -
         while True:
             kind, value = step
             if kind == "insert":
-                found: list[Any] = await _fetch_async(
-                    conn, "enqueue_many", enqueue_many_params(value), KeyedJob)
+                found: list[Any] = await _insert_async(conn, value)
             else:
                 found = await _fetch_async(conn, "existing_by_unique_key", value, KeyHolder)
             step = plan.send(found)
