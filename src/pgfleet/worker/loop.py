@@ -322,11 +322,7 @@ class Worker(ChildProcess):
                 and self.batching.may_defer(pending=pending, waiting=self.executor.todo.qsize(),
                                             since=self.completer.since, now=start)):
             return
-        # A report made in a task's last second is still unwritten: it goes first, while
-        # the job is running (the write is fenced on that), in a round trip of its own
-        # that only tasks which report progress pay.
-        store.write_progress(self.conn, worker=self.s.worker_id,
-                             reports=self.executor.last_progress(self.completer.pending))
+        _write_last_progress(self, self.conn)
         limit = self._free_slots() + pending  # every outcome of the batch frees a slot
         done = self.completer.jobs_done
         # Under flow control each outcome frees a slot of the limit this worker held: it is
@@ -399,6 +395,14 @@ class Worker(ChildProcess):
 
     def _shutdown(self) -> None:
         _shut_down(self)
+
+
+def _write_last_progress(worker: Worker, conn: psycopg.Connection[Any]) -> None:
+    """A report made in a task's last second is still unwritten: it goes before the
+    outcome, while the job is running (the write is fenced on that), in a round trip of
+    its own that only tasks which report progress pay."""
+    store.write_progress(conn, worker=worker.s.worker_id,
+                         reports=worker.executor.last_progress(worker.completer.pending))
 
 
 def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
