@@ -8,12 +8,15 @@
   reads (EXPLAIN (ANALYZE, BUFFERS)).
 * due claim: a claim of 32 of 100,000 due jobs (no future ones), rolled back, both trees:
   what the longer statement costs when there is work.
-* drain: `jobs` due no-op jobs drained by `pgfleet run` (bench/pgfleet-bench.yaml, backlog:
-  enqueued before the workers start), with and without the future jobs in the same queue,
-  alternating; with --baseline-src the baseline tree drains too.
+* drain: `jobs` due no-op jobs (priority 0) drained by `pgfleet run`
+  (bench/pgfleet-bench.yaml, backlog: enqueued before the workers start), alternating: with
+  no future jobs; with the future jobs in the same queue at the same priority (behind the
+  due ones in claim order); and with them at priority -1 (ahead of the due ones in claim
+  order, where the old claim read all of them before every due row). With --baseline-src
+  the baseline tree drains too.
 * delayed start: with the future jobs present and the workers idle, a job enqueued with a
-  3 s delay; how long after its run_at it started (database clocks). It sends no
-  notification, so a poll (poll_interval 1 s here) finds it.
+  3 s delay, DELAYED_RUNS times; how long after its run_at it started (database clocks).
+  It sends no notification, so a poll (poll_interval 1 s here, 2 workers) finds it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ from pgfleet import queries, store
 
 CLAIMS = 200
 DELAY = 3.0
+DELAYED_RUNS = 10
+# The drains: where the future jobs are (None: no future jobs), by label.
+PLACES: dict[str, int | None] = {"no future jobs": None, "future jobs behind": 0,
+                                 "future jobs ahead (priority -1)": -1}
 
 PARAMS: dict[str, Any] = {
     "queue": "default", "worker": "probe", "lease": 60.0, "args_limit": 1024 * 1024,
@@ -51,12 +58,13 @@ def claim_sql(src: str | None) -> bytes:
     return queries.parse(text)["claim"].sql
 
 
-def schedule_later(db: Database, n: int) -> None:
+def schedule_later(db: Database, n: int, priority: int = 0) -> None:
     """n no-op jobs due an hour from now and later, 1 ms apart, in one statement."""
     with db.connect() as conn:
-        conn.execute("INSERT INTO pgfleet.jobs (queue, task, run_at)"
-                     " SELECT 'default', 'bench.noop', now() + interval '1 hour'"
-                     "        + g * interval '1 ms' FROM generate_series(1, %s) g", (n,))
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task, priority, run_at)"
+                     " SELECT 'default', 'bench.noop', %s, now() + interval '1 hour'"
+                     "        + g * interval '1 ms' FROM generate_series(1, %s) g",
+                     (priority, n))
 
 
 def _time_claims(conn: psycopg.Connection[Any], sql: bytes, limit: int, runs: int) -> float:
@@ -117,12 +125,12 @@ def source(src: str | None) -> Iterator[None]:
         os.environ["PYTHONPATH"] = own
 
 
-def drain(db: Database, jobs: int, future: int) -> float:
-    """jobs/s of a backlog of `jobs` due no-op jobs, behind `future` later ones: from the
-    first start to the last finish."""
+def drain(db: Database, jobs: int, future: int, priority: int | None) -> float:
+    """jobs/s of a backlog of `jobs` due no-op jobs, with `future` later ones at `priority`
+    (None: none): from the first start to the last finish."""
     db.reset()
-    if future:
-        schedule_later(db, future)
+    if priority is not None:
+        schedule_later(db, future, priority)
     db.insert_jobs(jobs)
     db.vacuum()
     with supervisor(db, write_config("future"), 2):
@@ -133,7 +141,7 @@ def drain(db: Database, jobs: int, future: int) -> float:
     return float(jobs / (last - first).total_seconds())
 
 
-def delayed_starts(db: Database, future: int, runs: int) -> list[float]:
+def delayed_starts(db: Database, future: int) -> list[float]:
     """Seconds from run_at to the start of a job enqueued with a DELAY s delay, while the
     workers idle behind `future` later jobs."""
     db.reset()
@@ -141,7 +149,7 @@ def delayed_starts(db: Database, future: int, runs: int) -> list[float]:
     db.vacuum()
     late = []
     with supervisor(db, write_config("future-delay"), 2):
-        for _ in range(runs):
+        for _ in range(DELAYED_RUNS):
             job = pgfleet.enqueue(db.dsn, "bench.noop", delay=DELAY)
             db.wait_for("SELECT state FROM pgfleet.jobs WHERE id = %s", "succeeded",
                         timeout=60, interval=0.1, params=(job,))
@@ -162,25 +170,26 @@ def run(db: Database, runs: int, baseline_src: str | None, future: int, jobs: in
     for key, value in out.items():
         common.log(f"{key}: {value}")
     rates: dict[str, list[float]] = {}
-    variants = [(name, f) for name in trees for f in (0, future)]
+    variants = [(name, place) for name in trees for place in PLACES]
     for index in range(runs):
-        for name, with_future in variants if index % 2 == 0 else variants[::-1]:
+        for name, place in variants if index % 2 == 0 else variants[::-1]:
             with source(trees[name]):
-                rate = drain(db, jobs, with_future)
-            label = f"drain {name}, {'with' if with_future else 'no'} future jobs (jobs/s)"
+                rate = drain(db, jobs, future, PLACES[place])
+            label = f"drain {name}, {place} (jobs/s)"
             rates.setdefault(label, []).append(round(rate))
             common.log(f"round {index + 1}: {label}: {rate:,.0f}")
     out["drains"] = rates
     for name in trees:
-        with_f = rates[f"drain {name}, with future jobs (jobs/s)"]
         without = rates[f"drain {name}, no future jobs (jobs/s)"]
-        out[f"drain {name}: with/without future jobs, per round"] = [
-            round(a / b, 3) for a, b in zip(with_f, without, strict=True)]
-        out[f"drain {name}: median with / median without"] = round(
-            statistics.median(with_f) / statistics.median(without), 3)
+        for place in list(PLACES)[1:]:
+            with_f = rates[f"drain {name}, {place} (jobs/s)"]
+            out[f"drain {name}, {place} / no future jobs, per round"] = [
+                round(a / b, 3) for a, b in zip(with_f, without, strict=True)]
+            out[f"drain {name}, {place} / no future jobs, medians"] = round(
+                statistics.median(with_f) / statistics.median(without), 3)
     for name, src in trees.items():
         with source(src):
-            late = delayed_starts(db, future, runs)
+            late = delayed_starts(db, future)
         out[f"delayed job ({DELAY:g} s), {name}: seconds late at start"] = [
             round(s, 3) for s in late]
         common.log(f"delayed start, {name}: {late}")

@@ -6,8 +6,10 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgfleet import store
+from pgfleet.flow import FlowLimits
 
 
 def nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -208,3 +210,49 @@ def test_a_claim_locks_only_the_rows_it_claims(dsn: str) -> None:
                     "SELECT id FROM pgfleet.jobs WHERE state = 'queued' AND run_at <= now()"
                     "   FOR UPDATE SKIP LOCKED").fetchall()
                 assert len(free) == 7, query
+
+
+def nested_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Collect, from here on, the plans auto_explain logs for the statements run inside
+    functions (the limited claim is a PL/pgSQL function, which EXPLAIN does not open)."""
+    superuser = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+                             ).fetchone()
+    if superuser != (True,):
+        pytest.skip("auto_explain needs a superuser (PGFLEET_TEST_ROLE=runtime)")
+    plans: list[dict[str, Any]] = []
+
+    def keep(notice: psycopg.errors.Diagnostic) -> None:
+        text = notice.message_primary or ""
+        if "plan:" in text:
+            plans.append(json.loads(text.split("plan:", 1)[1]))
+
+    conn.add_notice_handler(keep)
+    conn.execute("LOAD 'auto_explain'")
+    for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on",
+                    "log_nested_statements = on", "log_format = json"):
+        conn.execute(f"SET auto_explain.{setting}")
+    conn.execute("SET client_min_messages = log")
+    return plans
+
+
+def test_a_limited_claim_does_not_read_the_jobs_scheduled_for_later(dsn: str) -> None:
+    """Migration 0016: the limited claim (flow control) walks the priorities as the plain
+    claim does. 200,000 jobs due later: its claim statement reads a handful of pages (the
+    one of 0014 read them all: 1,691 pages); with due jobs among them, it claims
+    those alone, in claim order."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schedule_later(conn, 200_000, "{0,3}")
+        conn.execute("VACUUM ANALYZE pgfleet.jobs")
+        plans = nested_plans(conn)
+        assert store.claim_limited(conn, queue="default", limit=32, worker="w", lease=60,
+                                   limits=FlowLimits()) == []
+        [claim] = [p for p in plans if "SKIP LOCKED" in p["Query Text"]]
+        top = claim["Plan"]
+        assert top["Shared Hit Blocks"] + top.get("Shared Read Blocks", 0) < 60
+        for priority, n, ago in ((3, 4, 500), (-2, 3, 100), (0, 5, 900)):
+            insert_due(conn, priority, n, ago)
+        expected = [r[0] for r in conn.execute(
+            "SELECT id FROM pgfleet.jobs WHERE run_at <= now() ORDER BY priority, run_at, id")]
+        got = store.claim_limited(conn, queue="default", limit=100, worker="w", lease=60,
+                                  limits=FlowLimits())
+        assert [j.id for j in got] == expected

@@ -72,6 +72,8 @@ WITH RECURSIVE held AS MATERIALIZED (
 ), prio (priority, run_at, id) AS (
     -- The priorities holding queued rows from there on, one index probe each, each with
     -- its first queued key: pulled one at a time, only while c below still wants rows.
+    -- c starts each priority at that key, not at the priority's head, so the dead entries
+    -- of claimed rows at a head (after_*, see claim) are stepped over once, by the probe.
     SELECT s.priority, s.run_at, s.id FROM start s
     UNION ALL
     SELECT n.priority, n.run_at, n.id
@@ -181,6 +183,8 @@ WITH RECURSIVE done AS (
 ), prio (priority, run_at, id) AS (
     -- The priorities holding queued rows from there on, one index probe each, each with
     -- its first queued key: pulled one at a time, only while c below still wants rows.
+    -- c starts each priority at that key, not at the priority's head, so the dead entries
+    -- of claimed rows at a head (after_*, see claim) are stepped over once, by the probe.
     SELECT s.priority, s.run_at, s.id FROM start s
     UNION ALL
     SELECT n.priority, n.run_at, n.id
