@@ -5,7 +5,8 @@
 * empty claim: the claim of a queue holding `future` jobs due in an hour and none due,
   timed from the client (planning and round trip included), median of CLAIMS claims, for
   the claim of this tree and of the baseline tree's queries.sql; with the pages the plan
-  reads (EXPLAIN (ANALYZE, BUFFERS)).
+  reads and the server's own planning and execution times (EXPLAIN (ANALYZE, BUFFERS)),
+  and a SELECT 1 for the round trip the machine's load gives any statement.
 * due claim: a claim of 32 of 100,000 due jobs (no future ones), rolled back, both trees:
   what the longer statement costs when there is work.
 * drain: `jobs` due no-op jobs (priority 0) drained by `pgfleet run`
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import time
 from collections.abc import Iterator
@@ -78,13 +80,36 @@ def _time_claims(conn: psycopg.Connection[Any], sql: bytes, limit: int, runs: in
     return statistics.median(times) * 1000
 
 
-def _pages(conn: psycopg.Connection[Any], sql: bytes, limit: int) -> int:
+def _explain(conn: psycopg.Connection[Any], sql: bytes, limit: int) -> dict[str, Any]:
     with conn.transaction(force_rollback=True):
         row = conn.execute(b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql,
                            {**PARAMS, "limit": limit}).fetchone()
     assert row is not None
-    plan = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]["Plan"]
+    found: dict[str, Any] = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]
+    return found
+
+
+def _pages(conn: psycopg.Connection[Any], sql: bytes, limit: int) -> int:
+    plan = _explain(conn, sql, limit)["Plan"]
     return int(plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0))
+
+
+def _server_ms(conn: psycopg.Connection[Any], sql: bytes, limit: int) -> dict[str, float]:
+    """Median planning and execution time the server reports (EXPLAIN ANALYZE), without
+    the round trip and the client."""
+    runs = [_explain(conn, sql, limit) for _ in range(CLAIMS // 4)]
+    return {part: round(statistics.median(r[f"{part} Time"] for r in runs), 3)
+            for part in ("Planning", "Execution")}
+
+
+def _round_trip_ms(conn: psycopg.Connection[Any]) -> float:
+    """Median of SELECT 1: what the machine's load adds to any statement's time."""
+    times = []
+    for _ in range(CLAIMS):
+        start = time.perf_counter()
+        conn.execute("SELECT 1").fetchall()
+        times.append(time.perf_counter() - start)
+    return round(statistics.median(times) * 1000, 3)
 
 
 def claims(db: Database, sqls: dict[str, bytes], future: int) -> dict[str, Any]:
@@ -98,10 +123,12 @@ def claims(db: Database, sqls: dict[str, bytes], future: int) -> dict[str, Any]:
         for name, sql in sqls.items():
             # The first claim after the vacuum, before the timed ones warm the cache.
             out[f"empty claim, {name}: pages read (first claim)"] = _pages(conn, sql, 32)
+        out["SELECT 1 round trip: median ms"] = _round_trip_ms(conn)
         for name, sql in sqls.items():
             out[f"empty claim, {name}: median ms"] = round(
                 _time_claims(conn, sql, 32, CLAIMS), 3)
             out[f"empty claim, {name}: pages read (warm)"] = _pages(conn, sql, 32)
+            out[f"empty claim, {name}: server median ms"] = _server_ms(conn, sql, 32)
     db.reset()
     db.insert_jobs(100_000)
     db.vacuum()
@@ -110,6 +137,8 @@ def claims(db: Database, sqls: dict[str, bytes], future: int) -> dict[str, Any]:
         for name, sql in sqls.items():
             out[f"claim of 32 of 100,000 due, no future jobs, {name}: median ms"] = round(
                 _time_claims(conn, sql, 32, CLAIMS), 3)
+            out[f"claim of 32 of 100,000 due, no future jobs, {name}: server median ms"] = (
+                _server_ms(conn, sql, 32))
     return out
 
 
@@ -150,6 +179,9 @@ def delayed_starts(db: Database, future: int) -> list[float]:
     late = []
     with supervisor(db, write_config("future-delay"), 2):
         for _ in range(DELAYED_RUNS):
+            # At a random phase of the workers' polls: right after the previous job's
+            # start, each enqueue would fall at the same point of the poll cycle.
+            time.sleep(random.random())
             job = pgfleet.enqueue(db.dsn, "bench.noop", delay=DELAY)
             db.wait_for("SELECT state FROM pgfleet.jobs WHERE id = %s", "succeeded",
                         timeout=60, interval=0.1, params=(job,))
