@@ -7,6 +7,8 @@
     python -m bench.probes complete-plans    # complete_succeeded's generic plan, 2 variants
     python -m bench.probes flow [--jobs 10000]  # drain rate under each flow-control limit
     python -m bench.probes flow-backlog      # limited claim behind a blocked key's backlog
+    python -m bench.probes future-jobs [--baseline-src /path/to/old/src] [--future 1000000]
+                                       [--jobs 50000] [--json FILE]  # see bench/future_jobs.py
     python -m bench.probes ab-drain --baseline-src /path/to/old/src [--mode backlog]
                                      [--claim 100 --threads 8 --jobs 100000]
 
@@ -29,7 +31,7 @@ from typing import Any
 import psycopg
 
 import pgfleet
-from bench import common, scenarios as sc
+from bench import common, future_jobs, scenarios as sc
 from bench.common import Database, supervisor, write_config
 from bench.systems import MODES, Setup, drain
 from pgfleet import client, store
@@ -357,15 +359,21 @@ def flow_backlog(db: Database, runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("probe", choices=("bulk", "single", "loop", "ab-drain", "idle-arrival",
-                                          "complete-plans", "flow", "flow-backlog"))
+                                          "complete-plans", "flow", "flow-backlog",
+                                          "future-jobs"))
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--baseline-src", help="for ab-drain: the old code's src directory")
+    parser.add_argument("--baseline-src",
+                        help="for ab-drain and future-jobs: the old code's src directory")
     parser.add_argument("--mode", choices=MODES, default="arrival", help="for ab-drain")
     parser.add_argument("--claim", type=int, default=100,
                         help="for ab-drain: threads + prefetch (the largest claim)")
     parser.add_argument("--threads", type=int, default=8, help="for ab-drain")
     parser.add_argument("--jobs", type=int, default=None,
-                        help="for ab-drain, idle-arrival (50,000) and flow (10,000)")
+                        help="for ab-drain, idle-arrival, future-jobs (50,000) and flow"
+                             " (10,000)")
+    parser.add_argument("--future", type=int, default=1_000_000,
+                        help="for future-jobs: jobs scheduled an hour ahead")
+    parser.add_argument("--json", help="for future-jobs: write the figures there too")
     parser.add_argument("--idle", type=float, default=15.0, help="for idle-arrival (seconds)")
     args = parser.parse_args()
     if args.probe == "ab-drain" and not args.baseline_src:
@@ -387,6 +395,9 @@ def main() -> None:
             flow_backlog(db, args.runs)
         elif args.probe == "flow":
             flow(db, args.runs, args.jobs or 10_000)
+        elif args.probe == "future-jobs":
+            future_jobs.run(db, args.runs, args.baseline_src, args.future,
+                            args.jobs or 50_000, args.json)
         elif args.probe == "idle-arrival":
             idle_arrival(db, args.runs, args.jobs or 50_000, args.idle)
         else:

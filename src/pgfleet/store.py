@@ -292,11 +292,18 @@ def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
     """Claim up to `limit` due jobs, in claim order past `after` (None: from the head).
     `held` / `held_solo`: how many jobs the worker runs and whether one of them is solo;
     None counts the worker's running rows instead."""
-    return _many(conn, "claim",
-                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
-                  "args_limit": args_limit, "held": held, "held_solo": held_solo,
-                  **_after(after)},
-                 ClaimedJob)
+    return in_claim_order(_many(conn, "claim",
+                                {"queue": queue, "limit": limit, "worker": worker,
+                                 "lease": lease, "args_limit": args_limit, "held": held,
+                                 "held_solo": held_solo, **_after(after)},
+                                ClaimedJob))
+
+
+def in_claim_order(jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+    """Claimed jobs sorted by their claim key. UPDATE ... RETURNING comes in the order of
+    its join, which the planner picks: over a small table a hash join returns the rows in
+    heap order, not in the order they were locked."""
+    return sorted(jobs, key=lambda job: (job.priority, job.run_at, job.id))
 
 
 def _after(key: ClaimKey | None) -> dict[str, Any]:
@@ -320,7 +327,7 @@ def complete_and_claim(
                   **_after(after)},
                  DoneOrClaimed)
     completed = {row.id for row in rows if not row.claimed}
-    claimed = [_claimed(row) for row in rows if row.claimed]
+    claimed = in_claim_order([_claimed(row) for row in rows if row.claimed])
     return completed, claimed
 
 
@@ -339,9 +346,10 @@ def claim_limited(conn: Conn, *, queue: str, limit: int, worker: str, lease: flo
                   ) -> list[ClaimedJob]:
     """The claim of a queue with flow control; `limits` (the worker's config) apply only
     until a supervisor has published the queue's."""
-    return _many(conn, "claim_limited",
-                 {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
-                  "args_limit": args_limit, **limits.params()}, ClaimedJob)
+    return in_claim_order(_many(conn, "claim_limited",
+                                {"queue": queue, "limit": limit, "worker": worker,
+                                 "lease": lease, "args_limit": args_limit, **limits.params()},
+                                ClaimedJob))
 
 
 def complete_succeeded(

@@ -29,12 +29,14 @@ def test_soak_with_random_kills_and_a_database_restart(
         db: Db, cfleet: Callable[..., Fleet]) -> None:
     dsn = db.dsn
     rng = random.Random(7)
-    # The soak kills workers on purpose, about twice a second: the queue must not be
-    # marked failed as a crash loop, nor wait out a crash loop's growing restart delay
-    # (up to 30 s after a few kills), which would leave it without workers most of the
-    # time. Both are tested on their own (tests/acceptance/test_crash_containment.py).
+    # The soak kills workers on purpose, about twice a second, some of them before they
+    # are ready: the queue must not be marked failed as a crash loop or as one that cannot
+    # start, nor wait out a crash loop's growing restart delay (up to 30 s after a few
+    # kills), which would leave it without workers most of the time. Those policies are
+    # tested on their own (tests/acceptance/test_crash_containment.py, test_supervisor.py).
     f = cfleet({"default": {"processes": 3, "threads": 4, "kill_grace": "1s"}},
                supervisor={**LIVENESS, "crash_limit": {"count": 1000, "window": "1m"},
+                           "max_start_failures": 1000,
                            "restart_backoff": {"initial": "0.1s", "max": "0.5s"}})
     f.wait_workers(3)
     sleepers = JOBS // 50

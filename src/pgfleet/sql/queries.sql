@@ -38,6 +38,12 @@ SELECT k.task, k.unique_key, k.id
 -- name: claim :many
 -- R1: lock due rows of one queue in claim order through the partial index, skipping rows
 -- another worker holds, then lease them in the same statement. A paused queue yields none.
+-- Due and future rows share jobs_claim_idx (queue, priority, run_at, id), so the claim
+-- walks it one priority at a time (a loose index scan: start, prio, c) and reads each
+-- priority's rows only up to now(): a plain ORDER BY priority, run_at, id LIMIT n scan
+-- that finds fewer than n due rows reads every future row of the priority before it can
+-- stop (44 ms per empty claim with 1,000,000 jobs an hour ahead; docs/performance.md).
+-- The cost is one index probe per priority visited, plus one when the claim comes short.
 -- A solo job (migration 0007) goes only to a worker that holds nothing, alone; a worker
 -- holding one claims nothing more. A solo job among the locked rows stops a busy
 -- worker's claim, so the worker drains and takes it next. after_*: the claim key
@@ -51,20 +57,45 @@ SELECT k.task, k.unique_key, k.id
 -- held / held_solo (the worker knows the jobs running in its process, which is what
 -- containment is about); NULL counts its running rows instead, a scan of every running
 -- row that a worker claiming thousands of times a second should not pay.
-WITH held AS MATERIALIZED (
+WITH RECURSIVE held AS MATERIALIZED (
     SELECT count(*) AS jobs, coalesce(bool_or(solo), false) AS solo FROM pgfleet.jobs
      WHERE lease_holder = %(worker)s AND state = 'running'
+), start (priority, run_at, id) AS (
+    -- Where the walk starts: just past the cursor's key (ids are integers, so >= id + 1
+    -- is > id), or the first queued row of the queue, due or not (an index-only probe).
+    SELECT %(after_priority)s::int, %(after_run_at)s::timestamptz, %(after_id)s::bigint + 1
+     WHERE %(after_id)s::bigint IS NOT NULL
+    UNION ALL
+    (SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
+      WHERE f.queue = %(queue)s AND f.state = 'queued' AND %(after_id)s::bigint IS NULL
+      ORDER BY f.priority, f.run_at, f.id LIMIT 1)
+), prio (priority, run_at, id) AS (
+    -- The priorities holding queued rows from there on, one index probe each, each with
+    -- its first queued key: pulled one at a time, only while c below still wants rows.
+    -- c starts each priority at that key, not at the priority's head, so the dead entries
+    -- of claimed rows at a head (after_*, see claim) are stepped over once, by the probe.
+    SELECT s.priority, s.run_at, s.id FROM start s
+    UNION ALL
+    SELECT n.priority, n.run_at, n.id
+      FROM prio p CROSS JOIN LATERAL (
+           SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
+            WHERE f.queue = %(queue)s AND f.state = 'queued' AND f.priority > p.priority
+            ORDER BY f.priority, f.run_at, f.id LIMIT 1) n
 ), c AS MATERIALIZED (
-    SELECT id, solo FROM pgfleet.jobs
-     WHERE queue = %(queue)s AND state = 'queued' AND run_at <= now()
-       AND NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
-       AND (%(after_id)s::bigint IS NULL
-            OR (priority, run_at, id) > (%(after_priority)s::int, %(after_run_at)s::timestamptz,
-                                         %(after_id)s::bigint))
+    -- Per priority, its due rows from its first key on: the range ends at now(), so the
+    -- future rows behind it are never read. Rows are locked only as the outer LIMIT pulls
+    -- them (Limit over LockRows), in claim order (priority, run_at, id).
+    SELECT d.id, d.solo
+      FROM prio p CROSS JOIN LATERAL (
+           SELECT j.id, j.solo FROM pgfleet.jobs j
+            WHERE j.queue = %(queue)s AND j.state = 'queued' AND j.priority = p.priority
+              AND (j.run_at, j.id) >= (p.run_at, p.id) AND j.run_at <= now()
+            ORDER BY j.run_at, j.id
+            LIMIT %(limit)s
+              FOR UPDATE SKIP LOCKED) d
+     WHERE NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
        AND NOT coalesce(%(held_solo)s::bool, (SELECT h.solo FROM held h))
-     ORDER BY priority, run_at, id
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
 )
 UPDATE pgfleet.jobs j
    SET state = 'running', attempt = j.attempt + 1, lease_holder = %(worker)s,
@@ -131,7 +162,7 @@ RETURNING j.id
 -- like complete_succeeded and the claim is claim's, held / held_solo given by the worker
 -- (the jobs it keeps running after this batch). Rows: the ids completed (claimed false),
 -- then the jobs claimed.
-WITH done AS (
+WITH RECURSIVE done AS (
     UPDATE pgfleet.jobs j
        SET state = 'succeeded', finished_at = now(), lease_holder = NULL,
            lease_expires_at = NULL, result = d.result::jsonb
@@ -140,17 +171,42 @@ WITH done AS (
      WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
        AND j.lease_holder = %(worker)s
     RETURNING j.id
+), start (priority, run_at, id) AS (
+    -- Where the walk starts: just past the cursor's key (ids are integers, so >= id + 1
+    -- is > id), or the first queued row of the queue, due or not (an index-only probe).
+    SELECT %(after_priority)s::int, %(after_run_at)s::timestamptz, %(after_id)s::bigint + 1
+     WHERE %(after_id)s::bigint IS NOT NULL
+    UNION ALL
+    (SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
+      WHERE f.queue = %(queue)s AND f.state = 'queued' AND %(after_id)s::bigint IS NULL
+      ORDER BY f.priority, f.run_at, f.id LIMIT 1)
+), prio (priority, run_at, id) AS (
+    -- The priorities holding queued rows from there on, one index probe each, each with
+    -- its first queued key: pulled one at a time, only while c below still wants rows.
+    -- c starts each priority at that key, not at the priority's head, so the dead entries
+    -- of claimed rows at a head (after_*, see claim) are stepped over once, by the probe.
+    SELECT s.priority, s.run_at, s.id FROM start s
+    UNION ALL
+    SELECT n.priority, n.run_at, n.id
+      FROM prio p CROSS JOIN LATERAL (
+           SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
+            WHERE f.queue = %(queue)s AND f.state = 'queued' AND f.priority > p.priority
+            ORDER BY f.priority, f.run_at, f.id LIMIT 1) n
 ), c AS MATERIALIZED (
-    SELECT id, solo FROM pgfleet.jobs
-     WHERE queue = %(queue)s AND state = 'queued' AND run_at <= now()
-       AND NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
-       AND (%(after_id)s::bigint IS NULL
-            OR (priority, run_at, id) > (%(after_priority)s::int, %(after_run_at)s::timestamptz,
-                                         %(after_id)s::bigint))
+    -- Per priority, its due rows from its first key on: the range ends at now(), so the
+    -- future rows behind it are never read. Rows are locked only as the outer LIMIT pulls
+    -- them (Limit over LockRows), in claim order (priority, run_at, id).
+    SELECT d.id, d.solo
+      FROM prio p CROSS JOIN LATERAL (
+           SELECT j.id, j.solo FROM pgfleet.jobs j
+            WHERE j.queue = %(queue)s AND j.state = 'queued' AND j.priority = p.priority
+              AND (j.run_at, j.id) >= (p.run_at, p.id) AND j.run_at <= now()
+            ORDER BY j.run_at, j.id
+            LIMIT %(limit)s
+              FOR UPDATE SKIP LOCKED) d
+     WHERE NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
        AND NOT %(held_solo)s::bool
-     ORDER BY priority, run_at, id
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE pgfleet.jobs j
        SET state = 'running', attempt = j.attempt + 1, lease_holder = %(worker)s,
