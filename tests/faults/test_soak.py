@@ -1,7 +1,7 @@
 """Soak: a large batch of jobs while workers are SIGKILLed at random and the database is
 restarted once (a crash restart). The books balance; the second runs are reported.
 
-SOAK_JOBS (default 100,000, the issue's size) ran in 66 s here with other suites beside."""
+SOAK_JOBS (default 100,000, the issue's size) ran in 57-66 s here with other suites beside."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ JOBS = int(os.environ.get("SOAK_JOBS", "100000"))
 LIVENESS = {"heartbeat_interval": "0.5s", "stale_after": "12s", "lease": "15s"}
 
 
+# The kill loop may run 240 s and the settling 120 s on a machine shared with the rest of
+# the suite: more than the suite's default 300 s per test.
+@pytest.mark.timeout(420)
 def test_soak_with_random_kills_and_a_database_restart(
         db: Db, cfleet: Callable[..., Fleet]) -> None:
     dsn = db.dsn
