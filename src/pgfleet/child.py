@@ -51,8 +51,11 @@ class Wakeup:
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self.write_fd, False)
-        # A byte is already waiting: pokers skip the write (a plain flag, no lock; the
-        # waiter clears it before draining, so a poke is never lost).
+        # A byte is already waiting: pokers skip the write (a plain flag, no lock). The
+        # waiter clears it only after draining: cleared first, a poke landing between the
+        # two wrote a byte the drain then ate, the flag stayed set over an empty pipe, and
+        # every later poke was skipped until the wait timed out (BEAT_EVERY): a worker
+        # stalled 0.5 s about twice in a 4-second drain.
         self.pending = False
 
     def poke(self) -> None:
@@ -69,11 +72,16 @@ class Wakeup:
             ready, _, _ = select.select([self.read_fd, *others], [], [], max(0.0, timeout))
         except InterruptedError:
             ready = []
+        self._drain()
+        # A poke between the drain and here was skipped: its work is done before it pokes,
+        # so the caller, which looks for work after this returns, finds it.
         self.pending = False
+        return [fd for fd in ready if fd != self.read_fd]
+
+    def _drain(self) -> None:
         with contextlib.suppress(OSError):
             while os.read(self.read_fd, 4096):
                 pass
-        return [fd for fd in ready if fd != self.read_fd]
 
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):
