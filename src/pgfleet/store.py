@@ -282,13 +282,24 @@ def complete_and_claim(
     rows = _many(conn, "complete_and_claim",
                  {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
                   "args_limit": args_limit, "held": held, "held_solo": held_solo,
-                  "ids": [d[0] for d in done], "attempts": [d[1] for d in done],
-                  "results": list(results) if results is not None else [None] * len(done),
-                  **_after(after)},
+                  **done_params(done, results), **_after(after)},
                  DoneOrClaimed)
     completed = {row.id for row in rows if not row.claimed}
     claimed = [_claimed(row) for row in rows if row.claimed]
     return completed, claimed
+
+
+def done_params(done: Sequence[tuple[int, int]], results: Sequence[str | None] | None
+                ) -> dict[str, Any]:
+    """The ids, attempts and results parameters of a successful completion: attempts and
+    results as JSON objects keyed by id (see complete_succeeded in sql/queries.sql); a
+    None result has no key. Result texts are JSON already (payload.value_json)."""
+    attempts = ",".join(f'"{job_id}":{attempt}' for job_id, attempt in done)
+    stored = "" if results is None else ",".join(
+        f'"{job_id}":{result}' for (job_id, _), result in zip(done, results, strict=True)
+        if result is not None)
+    return {"ids": [job_id for job_id, _ in done], "attempts": "{" + attempts + "}",
+            "results": "{" + stored + "}"}
 
 
 def _claimed(row: DoneOrClaimed) -> ClaimedJob:
@@ -319,11 +330,8 @@ def complete_succeeded(
     none); returns the ids whose row this worker still held."""
     if not done:
         return set()
-    rows = _many(
-        conn, "complete_succeeded",
-        {"worker": worker, "ids": [d[0] for d in done], "attempts": [d[1] for d in done],
-         "results": list(results) if results is not None else [None] * len(done)},
-        JobId)
+    rows = _many(conn, "complete_succeeded",
+                 {"worker": worker, **done_params(done, results)}, JobId)
     return {row.id for row in rows}
 
 
