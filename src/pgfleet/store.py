@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import class_row
+from psycopg.rows import BaseRowFactory, RowMaker, class_row
 
 from pgfleet import enqueue_plan, payload
 from pgfleet.errors import PayloadError
@@ -83,8 +83,25 @@ def _query(name: str, runner: Cardinality) -> Query:
     return query
 
 
+def by_name(cls: type[Row]) -> BaseRowFactory[Row]:
+    """psycopg's class_row, filled by column name alike, but positionally when the columns
+    come in the order of the fields (the common case; a reordered SELECT is still matched
+    by name): class_row builds a keyword dict per row, and a worker builds a row object
+    for every job it claims."""
+    order = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    by_keyword = class_row(cls)
+
+    def factory(cursor: Any) -> RowMaker[Row]:
+        names = [column.name for column in cursor.description or ()]
+        if names == order:
+            return lambda values: cls(*values)
+        return by_keyword(cursor)
+
+    return factory
+
+
 def _fetch(conn: Conn, query: Query, params: Params, row: type[Row]) -> list[Row]:
-    with conn.cursor(row_factory=class_row(row)) as cur:
+    with conn.cursor(row_factory=by_name(row)) as cur:
         rows = cur.execute(query.sql, params).fetchall()
     query.check_rows(len(rows))
     return rows
@@ -222,7 +239,7 @@ def _insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> list[KeyedJob]:
 
 async def _fetch_async(conn: AsyncConn, name: str, params: Params, row: type[Row]) -> list[Row]:
     query = catalogue()[name]
-    async with conn.cursor(row_factory=class_row(row)) as cur:
+    async with conn.cursor(row_factory=by_name(row)) as cur:
         await cur.execute(query.sql, params)
         rows = await cur.fetchall()
     query.check_rows(len(rows))
@@ -306,10 +323,9 @@ def _claimed(row: DoneOrClaimed) -> ClaimedJob:
     assert row.task is not None and row.attempt is not None
     assert row.max_attempts is not None and row.args_size is not None
     assert row.priority is not None and row.run_at is not None
-    return ClaimedJob(id=row.id, task=row.task, args=row.args, attempt=row.attempt,
-                      max_attempts=row.max_attempts, args_size=row.args_size,
-                      wait_seconds=row.wait_seconds or 0.0, solo=bool(row.solo),
-                      priority=row.priority, run_at=row.run_at, meta=row.meta)
+    return ClaimedJob(row.id, row.task, row.args, row.attempt, row.max_attempts,
+                      row.args_size, row.wait_seconds or 0.0, bool(row.solo), row.priority,
+                      row.run_at, row.meta)
 
 
 def claim_limited(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
