@@ -54,11 +54,11 @@ class ClaimedJob:
 
 @dataclass(slots=True)
 class DoneOrClaimed:
-    """A row of complete_and_claim: a completed id (claimed false, the rest NULL) or a
-    claimed job."""
+    """A row of complete_and_claim: the ids completed (`done`, the rest NULL) or a claimed
+    job (`done` None)."""
 
-    id: int
-    claimed: bool
+    done: list[int] | None
+    id: int | None
     task: str | None
     args: str | None
     attempt: int | None

@@ -7,7 +7,7 @@ the application's own (transactional enqueue) or a worker's autocommit connectio
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, TypeVar
@@ -301,8 +301,13 @@ def complete_and_claim(
                   "args_limit": args_limit, "held": held, "held_solo": held_solo,
                   **done_params(done, results), **_after(after)},
                  DoneOrClaimed)
-    completed = {row.id for row in rows if not row.claimed}
-    claimed = [_claimed(row) for row in rows if row.claimed]
+    completed: set[int] = set()
+    claimed = []
+    for row in rows:
+        if row.done is not None:
+            completed.update(row.done)
+        else:
+            claimed.append(_claimed(row))
     return completed, claimed
 
 
@@ -315,12 +320,19 @@ def done_params(done: Sequence[tuple[int, int]], results: Sequence[str | None] |
     stored = "" if results is None else ",".join(
         f'"{job_id}":{result}' for (job_id, _), result in zip(done, results, strict=True)
         if result is not None)
-    return {"ids": [job_id for job_id, _ in done], "attempts": "{" + attempts + "}",
+    return {"ids": int_array(job_id for job_id, _ in done), "attempts": "{" + attempts + "}",
             "results": "{" + stored + "}"}
 
 
+def int_array(values: Iterable[int]) -> str:
+    """An array literal of integers ('{1,2,3}'), cast by the query (%(ids)s::bigint[]):
+    psycopg dumps a list element by element in Python, ~160 us for the 100 ids of a
+    batch against ~10 us for this text."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
 def _claimed(row: DoneOrClaimed) -> ClaimedJob:
-    assert row.task is not None and row.attempt is not None
+    assert row.id is not None and row.task is not None and row.attempt is not None
     assert row.max_attempts is not None and row.args_size is not None
     assert row.priority is not None and row.run_at is not None
     return ClaimedJob(row.id, row.task, row.args, row.attempt, row.max_attempts,

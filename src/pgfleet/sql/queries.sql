@@ -133,8 +133,9 @@ RETURNING j.id
 -- per batch instead of BEGIN, two statements and COMMIT. Both parts see the same snapshot
 -- and touch different rows (running ones, queued ones). The completion is fenced exactly
 -- like complete_succeeded and the claim is claim's, held / held_solo given by the worker
--- (the jobs it keeps running after this batch). Rows: the ids completed (claimed false),
--- then the jobs claimed.
+-- (the jobs it keeps running after this batch). Rows: one with the ids completed (`done`;
+-- one row, not a row per id: parsing and building those was ~1.5 us a job), then one per
+-- job claimed (`done` NULL).
 WITH done AS (
     UPDATE pgfleet.jobs j
        SET state = 'succeeded', finished_at = now(), lease_holder = NULL,
@@ -173,13 +174,12 @@ WITH done AS (
           greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
               nullif(j.meta, '{}'::jsonb)::text AS meta
 )
-SELECT id, false AS claimed, NULL::text AS task, NULL::text AS args, NULL::int AS attempt,
-       NULL::int AS max_attempts, NULL::int AS args_size, NULL::float8 AS wait_seconds,
-       NULL::bool AS solo, NULL::int AS priority, NULL::timestamptz AS run_at,
-       NULL::text AS meta
-  FROM done
+SELECT ARRAY(SELECT id FROM done) AS done, NULL::bigint AS id, NULL::text AS task,
+       NULL::text AS args, NULL::int AS attempt, NULL::int AS max_attempts,
+       NULL::int AS args_size, NULL::float8 AS wait_seconds, NULL::bool AS solo,
+       NULL::int AS priority, NULL::timestamptz AS run_at, NULL::text AS meta
 UNION ALL
-SELECT id, true, task, args, attempt, max_attempts, args_size, wait_seconds, solo, priority,
+SELECT NULL, id, task, args, attempt, max_attempts, args_size, wait_seconds, solo, priority,
        run_at, meta
   FROM claimed
 
