@@ -241,18 +241,19 @@ def complete_plans(db: Database, runs: int) -> None:
     completion of 10/50/100/200 running jobs (EXPLAIN ANALYZE, rolled back)."""
     sql = (store.q("complete_succeeded").decode().replace("%(worker)s", "$1")
            .replace("%(ids)s", "$2").replace("%(attempts)s", "$3")
-           .replace("%(results)s", "NULL"))
+           .replace("%(results)s", "'{}'"))
     db.reset()
     db.insert_jobs(100_000)
     db.vacuum()
     with db.connect() as conn:
-        conn.execute("UPDATE pgfleet.jobs SET state = 'running', lease_holder = 'w', attempt = 1"
+        conn.execute("UPDATE pgfleet.jobs SET state = 'running', lease_holder = 'w', attempt = 1,"
+                     " lease_expires_at = now() + interval '1 hour'"
                      " WHERE id IN (SELECT id FROM pgfleet.jobs ORDER BY id LIMIT 200)")
         ids = [r[0] for r in conn.execute(
             "SELECT id FROM pgfleet.jobs WHERE lease_holder = 'w' ORDER BY id").fetchall()]
         conn.execute("SET plan_cache_mode = force_generic_plan")
         for n, (label, fence) in enumerate(COMPLETE_VARIANTS.items()):
-            conn.execute(f"PREPARE c{n}(text, bigint[], int[]) AS "
+            conn.execute(f"PREPARE c{n}(text, bigint[], text) AS "
                          + sql.replace("j.lease_holder = $1", fence))
             for batch in (10, 50, 100, 200):
                 total = find = float("inf")
@@ -260,12 +261,14 @@ def complete_plans(db: Database, runs: int) -> None:
                     with conn.transaction():
                         cur = psycopg.ClientCursor(conn).execute(
                             f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE c{n}('w',"
-                            " %s::bigint[], %s::int[])", (ids[:batch], [1] * batch))
+                            " %s::bigint[], %s)",
+                            (ids[:batch], store.done_params([(i, 1) for i in ids[:batch]],
+                                                            None)["attempts"]))
                         (plan,) = cur.fetchone()[0]
                         conn.execute("ROLLBACK")
                     total = min(total, plan["Execution Time"])
-                    # the rows' lookup alone: the join under the UPDATE node
-                    join = plan["Plan"]["Plans"][0]
+                    # the rows' lookup alone: the node under the UPDATE
+                    join = next(n for n in plan["Plan"]["Plans"] if "Subplan Name" not in n)
                     find = min(find, join["Actual Total Time"])
                 # Times swing with the machine's load; the pairs the join compared do not.
                 compared = join.get("Rows Removed by Join Filter", 0) + join["Actual Rows"]

@@ -34,7 +34,10 @@ class KeyHolder:
 
 
 
-@dataclass(frozen=True)
+# ClaimedJob and DoneOrClaimed, built for every job a worker claims, are slotted and not
+# frozen: a frozen dataclass's __init__ sets each field through object.__setattr__, ~3 us
+# a row against ~0.4 us (nothing assigns to a claimed job; they are not hashed either).
+@dataclass(slots=True)
 class ClaimedJob:
     id: int
     task: str
@@ -49,13 +52,13 @@ class ClaimedJob:
     meta: str | None = None  # JSON text of the job's meta; None when it is empty
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DoneOrClaimed:
-    """A row of complete_and_claim: a completed id (claimed false, the rest NULL) or a
-    claimed job."""
+    """A row of complete_and_claim: the ids completed (`done`, the rest NULL) or a claimed
+    job (`done` None)."""
 
-    id: int
-    claimed: bool
+    done: list[int] | None
+    id: int | None
     task: str | None
     args: str | None
     attempt: int | None

@@ -7,13 +7,13 @@ the application's own (transactional enqueue) or a worker's autocommit connectio
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import class_row
+from psycopg.rows import BaseRowFactory, RowMaker, class_row
 
 from pgfleet import bulk_arrays, enqueue_plan, payload
 from pgfleet.errors import PayloadError
@@ -84,8 +84,25 @@ def _query(name: str, runner: Cardinality) -> Query:
     return query
 
 
+def by_name(cls: type[Row]) -> BaseRowFactory[Row]:
+    """psycopg's class_row, filled by column name alike, but positionally when the columns
+    come in the order of the fields (the common case; a reordered SELECT is still matched
+    by name): class_row builds a keyword dict per row, and a worker builds a row object
+    for every job it claims."""
+    order = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    by_keyword = class_row(cls)
+
+    def factory(cursor: Any) -> RowMaker[Row]:
+        names = [column.name for column in cursor.description or ()]
+        if names == order:
+            return lambda values: cls(*values)
+        return by_keyword(cursor)
+
+    return factory
+
+
 def _fetch(conn: Conn, query: Query, params: Params, row: type[Row]) -> list[Row]:
-    with conn.cursor(row_factory=class_row(row)) as cur:
+    with conn.cursor(row_factory=by_name(row)) as cur:
         rows = cur.execute(query.sql, params).fetchall()
     query.check_rows(len(rows))
     return rows
@@ -244,7 +261,7 @@ def enqueue_many_params(rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
 
 async def _fetch_async(conn: AsyncConn, name: str, params: Params, row: type[Row]) -> list[Row]:
     query = catalogue()[name]
-    async with conn.cursor(row_factory=class_row(row)) as cur:
+    async with conn.cursor(row_factory=by_name(row)) as cur:
         await cur.execute(query.sql, params)
         rows = await cur.fetchall()
     query.check_rows(len(rows))
@@ -322,23 +339,45 @@ def complete_and_claim(
     rows = _many(conn, "complete_and_claim",
                  {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
                   "args_limit": args_limit, "held": held, "held_solo": held_solo,
-                  "ids": [d[0] for d in done], "attempts": [d[1] for d in done],
-                  "results": list(results) if results is not None else [None] * len(done),
-                  **_after(after)},
+                  **done_params(done, results), **_after(after)},
                  DoneOrClaimed)
-    completed = {row.id for row in rows if not row.claimed}
-    claimed = in_claim_order([_claimed(row) for row in rows if row.claimed])
-    return completed, claimed
+    completed: set[int] = set()
+    claimed = []
+    for row in rows:
+        if row.done is not None:
+            completed.update(row.done)
+        else:
+            claimed.append(_claimed(row))
+    return completed, in_claim_order(claimed)
+
+
+def done_params(done: Sequence[tuple[int, int]], results: Sequence[str | None] | None
+                ) -> dict[str, Any]:
+    """The ids, attempts and results parameters of a successful completion: attempts and
+    results as JSON objects keyed by id (see complete_succeeded in sql/queries.sql); a
+    None result has no key. Result texts are JSON already (payload.value_json)."""
+    attempts = ",".join(f'"{job_id}":{attempt}' for job_id, attempt in done)
+    stored = "" if results is None else ",".join(
+        f'"{job_id}":{result}' for (job_id, _), result in zip(done, results, strict=True)
+        if result is not None)
+    return {"ids": int_array(job_id for job_id, _ in done), "attempts": "{" + attempts + "}",
+            "results": "{" + stored + "}"}
+
+
+def int_array(values: Iterable[int]) -> str:
+    """An array literal of integers ('{1,2,3}'), cast by the query (%(ids)s::bigint[]):
+    psycopg dumps a list element by element in Python, ~160 us for the 100 ids of a
+    batch against ~10 us for this text."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _claimed(row: DoneOrClaimed) -> ClaimedJob:
-    assert row.task is not None and row.attempt is not None
+    assert row.id is not None and row.task is not None and row.attempt is not None
     assert row.max_attempts is not None and row.args_size is not None
     assert row.priority is not None and row.run_at is not None
-    return ClaimedJob(id=row.id, task=row.task, args=row.args, attempt=row.attempt,
-                      max_attempts=row.max_attempts, args_size=row.args_size,
-                      wait_seconds=row.wait_seconds or 0.0, solo=bool(row.solo),
-                      priority=row.priority, run_at=row.run_at, meta=row.meta)
+    return ClaimedJob(row.id, row.task, row.args, row.attempt, row.max_attempts,
+                      row.args_size, row.wait_seconds or 0.0, bool(row.solo), row.priority,
+                      row.run_at, row.meta)
 
 
 def claim_limited(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
@@ -360,11 +399,8 @@ def complete_succeeded(
     none); returns the ids whose row this worker still held."""
     if not done:
         return set()
-    rows = _many(
-        conn, "complete_succeeded",
-        {"worker": worker, "ids": [d[0] for d in done], "attempts": [d[1] for d in done],
-         "results": list(results) if results is not None else [None] * len(done)},
-        JobId)
+    rows = _many(conn, "complete_succeeded",
+                 {"worker": worker, **done_params(done, results)}, JobId)
     return {row.id for row in rows}
 
 

@@ -103,6 +103,19 @@ class Task:
         except TypeError as exc:
             raise InvalidArguments(f"invalid arguments: {exc}") from None
 
+    def keywords(self, args: Any) -> dict[str, Any]:
+        """`args` checked as bind() checks them, to call the task with as keywords (what
+        bind accepts, fn(**args) takes alike). For a signature of plain named parameters
+        the check is two set comparisons; Signature.bind took ~2.5 us of the ~7 us an
+        executor thread spends on a no-op job."""
+        names = _keyword_names(self.fn)
+        if names is not None and isinstance(args, dict):
+            accepted, required = names
+            if required <= args.keys() <= accepted:
+                return args
+        self.bind(args)  # refuses with bind's message, or accepts what the sets could not
+        return dict(args)
+
 
 _TASKS: dict[str, Task] = {}
 
@@ -111,6 +124,19 @@ _TASKS: dict[str, Task] = {}
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:
     # inspect.signature costs tens of microseconds; a worker binds every job's args.
     return inspect.signature(fn)
+
+
+@functools.cache
+def _keyword_names(fn: Callable[..., Any]) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(accepted, required) parameter names when every parameter can be passed by name
+    and none collects the rest (*args, **kwargs, positional-only): then exactly the
+    keyword sets with required <= keys <= accepted bind. None for any other signature."""
+    parameters = _signature(fn).parameters.values()
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind not in named for p in parameters):
+        return None
+    return (frozenset(p.name for p in parameters),
+            frozenset(p.name for p in parameters if p.default is inspect.Parameter.empty))
 
 
 def _seconds(value: float | timedelta | None) -> float | None:

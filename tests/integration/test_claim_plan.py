@@ -255,3 +255,40 @@ def test_a_limited_claim_does_not_read_the_jobs_scheduled_for_later(dsn: str) ->
         got = store.claim_limited(conn, queue="default", limit=100, worker="w", lease=60,
                                   limits=FlowLimits())
         assert [j.id for j in got] == expected
+
+
+
+
+def completion_params(jobs: list[store.ClaimedJob]) -> dict[str, Any]:
+    return {"worker": "w", **store.done_params([(j.id, j.attempt) for j in jobs], None),
+            "queue": "default", "limit": 200, "lease": 60.0, "args_limit": 1024 * 1024,
+            "held": 0, "held_solo": False, "after_priority": None, "after_run_at": None,
+            "after_id": None}
+
+
+def test_a_completion_compares_each_job_once_without_statistics(dsn: str) -> None:
+    """A backlog inserted and not yet analyzed (a fresh queue, every drain of the bench):
+    the planner expects about one running row. Joined with unnest() of the batch, that
+    made a nested loop comparing every running row with every job of the batch (200 x 200)
+    and re-reading the arrays 200 times; the completions must look each job up once."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_custom_plan")
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task) SELECT 'default', 'noop'"
+                     " FROM generate_series(1, 100000)")
+        jobs = store.claim(conn, queue="default", limit=200, worker="w", lease=60,
+                           held=0, held_solo=False)
+        for name in ("complete_and_claim", "complete_succeeded"):
+            with conn.transaction(force_rollback=True):
+                cur = conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + store.q(name),
+                                   completion_params(jobs))
+                row = cur.fetchone()
+                assert row is not None
+                raw = row[0]
+            plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
+            every = nodes(plan)
+            assert sum(n.get("Rows Removed by Join Filter", 0) for n in every) == 0, name
+            assert all(n["Actual Loops"] == 1 for n in every
+                       if n["Node Type"] == "Function Scan"), name
+            completed = [n for n in every if n["Node Type"] == "ModifyTable"
+                         and n["Actual Rows"] == 200]
+            assert completed, name

@@ -154,6 +154,32 @@ def test_fenced_completion_touches_no_row(conn: psycopg.Connection[Any], dsn: st
     assert store.complete_succeeded(conn, worker="a", done=[(job_id, 1)]) == {job_id}
 
 
+def test_fused_completion_is_fenced_and_stores_results(conn: psycopg.Connection[Any],
+                                                       dsn: str) -> None:
+    """complete_and_claim: only the rows still held at their attempt are completed (and
+    reported), each with its own result, and the claim rides along."""
+    ids = pgfleet.enqueue_many(dsn, [{"task": "noop"}] * 5)
+    jobs = store.claim(conn, queue="default", limit=3, worker="a", lease=60, held=0,
+                       held_solo=False)
+    first, second, third = sorted(jobs, key=lambda j: j.id)
+    conn.execute("UPDATE pgfleet.jobs SET lease_holder = 'b' WHERE id = %s", (second.id,))
+    done, claimed = store.complete_and_claim(
+        conn, queue="default", limit=5, worker="a", lease=60, held=0, held_solo=False,
+        done=[(first.id, 1), (second.id, 1), (third.id, 2)], results=['{"n": 1}', "[2]", None])
+    assert done == {first.id}
+    assert sorted(j.id for j in claimed) == sorted(set(ids) - {j.id for j in jobs})
+    rows = dict(conn.execute("SELECT id, result FROM pgfleet.jobs WHERE state = 'succeeded'"
+                             ).fetchall())
+    assert rows == {first.id: {"n": 1}}
+    done, again = store.complete_and_claim(
+        conn, queue="default", limit=5, worker="a", lease=60, held=0, held_solo=False,
+        done=[(third.id, 1), *((j.id, j.attempt) for j in claimed)],
+        results=["[3]", *([None] * len(claimed))])
+    assert done == {third.id, *(j.id for j in claimed)} and again == []
+    assert conn.execute("SELECT result FROM pgfleet.jobs WHERE id = %s",
+                        (third.id,)).fetchone() == ([3],)
+
+
 def test_skip_locked_claims_never_overlap(dsn: str) -> None:
     pgfleet.enqueue_many(dsn, [{"task": "noop"}] * 2000)
     claimed: list[list[int]] = [[] for _ in range(6)]

@@ -201,3 +201,12 @@ def test_a_one_query_that_finds_nothing_is_an_error(conn: psycopg.Connection[Any
         fleet_store.enqueue_schedule_run(
             conn, schedule="never-inserted", fire_time=fleet_store.db_now(conn), task="noop",
             args_json="{}", queue="default", priority=0, max_attempts=1)
+
+
+@pytest.mark.parametrize("select", ["SELECT 7 AS job_id, true AS created",
+                                    "SELECT true AS created, 7 AS job_id"])
+def test_rows_are_filled_by_column_name_in_any_order(conn: psycopg.Connection[Any],
+                                                     select: str) -> None:
+    """store.by_name fills fields positionally only when the columns come in their order."""
+    with conn.cursor(row_factory=store.by_name(store.Enqueued)) as cur:
+        assert cur.execute(select).fetchall() == [store.Enqueued(job_id=7, created=True)]

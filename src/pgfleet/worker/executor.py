@@ -287,12 +287,11 @@ class Executor:
             args = payload.load_args(job.args, job.args_size, self.args_limit)
         except PayloadError as exc:
             raise PermanentError(f"refused {exc}") from None
-        bound = task.bind(args)
+        keywords = task.keywords(args)
         if task.is_async:
             remaining = max(0.001, running.deadline - ASYNC_GRACE - time.monotonic())
-            return self.loops.run(_with_timeout(task.fn(*bound.args, **bound.kwargs),
-                                                remaining))
-        return task.fn(*bound.args, **bound.kwargs)
+            return self.loops.run(_with_timeout(task.fn(**keywords), remaining))
+        return task.fn(**keywords)
 
     # ---- from the main thread -------------------------------------------------------------
 

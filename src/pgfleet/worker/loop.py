@@ -14,6 +14,7 @@ notification costs at most one poll interval.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import random
@@ -90,6 +91,16 @@ def _watchdog(leases: Leases, held: Callable[[], int]) -> threading.Event:
     return threading.Event()
 
 
+def _freeze_startup_objects() -> None:
+    """Leave the objects that exist once the worker is up (modules, the supervisor's state
+    inherited by fork, the task registry) out of every later garbage collection. A full
+    collection walked them all while claimed jobs waited: 46-52 ms, once per worker early
+    in a drain (gc.callbacks in a drain of 30,000 jobs), at the first large hand-out.
+    Only a worker that owns its process does it: freezing is process-wide."""
+    if threading.current_thread() is threading.main_thread():
+        gc.freeze()
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -145,6 +156,7 @@ class Worker(ChildProcess):
         publish_defaults(self.conn, self.s.defaults, self.s.dsn)
         self.executor.start(self.s.threads)
         watchdog = _watchdog(self.leases, lambda: len(self.running))
+        _freeze_startup_objects()
         if self.s.notify:
             self.listener = Listener(self.s.dsn, self._on_notify,
                                      on_cancel=self.control.on_cancel)
