@@ -16,7 +16,7 @@ import sys
 import time
 
 from bench.common import Database
-from pgfleet import store
+from pgfleet import rescue_store
 from pgfleet.lease_watch import LeaseWatch
 
 PASSES = 50
@@ -35,8 +35,8 @@ def measure(db: Database, running: int) -> list[float]:
         times = []
         for _ in range(PASSES):
             start = time.perf_counter()
-            stale = watch.stale(store.running_leases(conn), time.monotonic())
-            store.rescue_stale(conn, leases=stale)
+            stale = watch.stale(rescue_store.running_leases(conn), time.monotonic())
+            rescue_store.rescue_stale(conn, leases=stale)
             times.append((time.perf_counter() - start) * 1000)
     return times
 

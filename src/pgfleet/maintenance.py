@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import fleet_store, flow, metrics, store
+from pgfleet import fleet_store, flow, metrics, rescue_store, store
 from pgfleet.backoff import Backoff
 from pgfleet.child import BEAT_EVERY
 from pgfleet.config import Config, QueueConfig
@@ -116,8 +116,8 @@ class Maintenance(DatabaseChild):
     def _rescue_stale(self, conn: psycopg.Connection[Any]) -> None:
         """Rescue the jobs whose lease nobody renewed for a whole lease, as timed by this
         process's monotonic clock (pgfleet.lease_watch): a host that vanished or froze."""
-        stale = self.lease_watch.stale(store.running_leases(conn), time.monotonic())
-        for job_id, queue, state in store.rescue_stale(conn, leases=stale[:RESCUE_BATCH]):
+        stale = self.lease_watch.stale(rescue_store.running_leases(conn), time.monotonic())
+        for job_id, queue, state in rescue_store.rescue_stale(conn, leases=stale[:RESCUE_BATCH]):
             metrics.jobs_rescued.labels(metrics.queue_label(queue)).inc()
             _log_rescue(job_id, queue, state, "its lease was not renewed for a whole lease")
 
@@ -127,7 +127,7 @@ class Maintenance(DatabaseChild):
         conn = self.connection()
         while self.to_rescue:
             worker, reason, running = self.to_rescue[0]
-            held = store.held_by(conn, worker=worker)
+            held = rescue_store.held_by(conn, worker=worker)
             # Only a job whose task code was running can have killed the process; the
             # others (claimed ahead, or done and not yet committed) get their attempt
             # back. `running` None: not known, every held job counts as running.
@@ -138,7 +138,7 @@ class Maintenance(DatabaseChild):
             # operator, the supervisor, the OOM killer): every running job is charged, as
             # before, and none is made to run alone.
             shared = len(suspects) > 1 and not reason.endswith("SIGKILL")
-            rows = store.rescue_holder(conn, worker=worker, error=reason,
+            rows = rescue_store.rescue_holder(conn, worker=worker, error=reason,
                                        delays=self._retry_delays(held), shared=shared,
                                        running=running)
             for rescued in rows:

@@ -504,38 +504,6 @@ def renew_leases(conn: Conn, *, worker: str, lease: float,
             for row in _many(conn, "renew_leases", params, RenewedJob)}
 
 
-def held_by(conn: Conn, *, worker: str) -> list[HeldJob]:
-    return _many(conn, "held_by", {"worker": worker}, HeldJob)
-
-
-def rescue_holder(conn: Conn, *, worker: str, error: str, delays: dict[int, float],
-                  shared: bool, running: list[int] | None = None) -> list[HolderRescue]:
-    """Give back a dead worker's jobs (those of `delays`). A job whose task was running
-    (in `running`; every job when it is None) is due after its delay and charged an
-    attempt unless `shared`; any other is due at once with its attempt refunded, like a
-    give-back (MAX_REFUNDS of them, later ones count)."""
-    return _many(conn, "rescue_holder",
-                 {"worker": worker, "error": error, "ids": list(delays),
-                  "delays": list(delays.values()), "shared": shared, "running": running,
-                  "max_refunds": MAX_REFUNDS}, HolderRescue)
-
-
-def running_leases(conn: Conn) -> list[Lease]:
-    """The lease of every running job, for pgfleet.lease_watch."""
-    return _many(conn, "running_leases", {}, Lease)
-
-
-def rescue_stale(conn: Conn, *, leases: Sequence[Lease]) -> list[tuple[int, str, str]]:
-    """Give back the jobs of `leases` that are still exactly as seen (not renewed, not
-    claimed again since): (id, queue, new state) of each."""
-    if not leases:
-        return []
-    params = {"ids": [x.id for x in leases], "holders": [x.holder for x in leases],
-              "attempts": [x.attempt for x in leases], "beats": [x.beats for x in leases]}
-    rows = _many(conn, "rescue_stale", params, RescuedJob)
-    return [(row.id, row.queue, row.state) for row in rows]
-
-
 def prune_finished(conn: Conn, *, retention: float, limit: int) -> int:
     return _exec(conn, "prune_finished", {"retention": retention, "limit": limit})
 

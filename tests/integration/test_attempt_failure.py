@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import store
+from pgfleet import rescue_store, store
 from tests.support.rescue import rescue_all
 
 WORKER = "host-a:42:abc"
@@ -36,8 +36,8 @@ def by_worker(final: bool) -> Path:
 
 
 def by_supervisor(conn: Conn, job_id: int, attempt: int) -> None:
-    assert store.rescue_holder(conn, worker=WORKER, error="worker died: SIGSEGV",
-                               delays={job_id: 7.5}, shared=False) != []
+    assert rescue_store.rescue_holder(conn, worker=WORKER, error="worker died: SIGSEGV",
+                                      delays={job_id: 7.5}, shared=False) != []
 
 
 def by_lease_expiry(conn: Conn, job_id: int, attempt: int) -> None:

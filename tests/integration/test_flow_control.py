@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import fleet_store, store
+from pgfleet import fleet_store, rescue_store, store
 from pgfleet.flow import FlowLimits, Rate
 from tests.support.rescue import rescue_all
 from tests.support.workers import scalar, wait_for
@@ -61,8 +61,8 @@ def test_a_rescued_job_frees_its_slot(conn: Any, dsn: str) -> None:
     limits = FlowLimits(global_concurrency=1)
     [held] = claim(conn, "dead-worker", limits)
     assert claim(conn, "w2", limits) == []
-    store.rescue_holder(conn, worker="dead-worker", error="worker died: SIGKILL",
-                        delays={held: 0.0}, shared=False)
+    rescue_store.rescue_holder(conn, worker="dead-worker", error="worker died: SIGKILL",
+                               delays={held: 0.0}, shared=False)
     assert len(claim(conn, "w2", limits)) == 1
 
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import store
+from pgfleet import rescue_store, store
 from pgfleet.supervisor.exit_codes import EXIT_TIMEOUT
 from tests.support import pg
 from tests.support.roles import login_roles, role_dsn
@@ -257,8 +257,8 @@ def test_a_cancelled_running_job_ends_cancelled_however_its_attempt_ends(
     claimed = store.claim(conn, queue="default", limit=3, worker="w1", lease=60)
     assert sorted(j.id for j in claimed) == ids
     assert pgfleet.cancel_many(conn, ids=ids) == {i: "cancelling" for i in ids}
-    store.rescue_holder(conn, worker="w1", error="worker died: SIGKILL", delays={ids[0]: 0},
-                        shared=False)
+    rescue_store.rescue_holder(conn, worker="w1", error="worker died: SIGKILL",
+                               delays={ids[0]: 0}, shared=False)
     store.give_back(conn, worker="w1", ids=[ids[1]])
     store.complete_failed(conn, worker="w1", failures=[store.Failure(
         id=ids[2], attempt=1, error="boom", delay=0, final=False)])
@@ -318,6 +318,7 @@ def test_a_cancelled_task_stuck_in_c_gets_its_process_replaced(dsn: str) -> None
     row = job(dsn, job_id)
     assert row["state"] == "running" and row["cancel_requested_at"] is not None
     with psycopg.connect(dsn, autocommit=True) as conn:  # the supervisor's rescue
-        store.rescue_holder(conn, worker=stuck.s.worker_id, error="worker exited: job timeout",
-                            delays={job_id: 0.0}, shared=False)
+        rescue_store.rescue_holder(conn, worker=stuck.s.worker_id,
+                                   error="worker exited: job timeout",
+                                   delays={job_id: 0.0}, shared=False)
     assert job(dsn, job_id)["state"] == "cancelled"

@@ -40,7 +40,7 @@ def _callee(call: ast.Call) -> str | None:
 
 
 # The store's two modules: jobs (store.py, with the runners) and the fleet's own rows.
-STORE_FILES = ("store.py", "fleet_store.py")
+STORE_FILES = ("store.py", "fleet_store.py", "rescue_store.py")
 
 
 def uses() -> list[Use]:

@@ -133,8 +133,7 @@ class Worker(ChildProcess):
                                  poll_interval=settings.poll_interval)
         # A notification asks for a claim at once, or NOTIFY_GAP after an empty one.
         self.notified = False
-        self.next_notified_claim = 0.0
-        self.empty_claims = 0  # in a row
+        self.next_notified_claim, self.empty_claims = 0.0, 0  # empty claims in a row
         self.recycle_reason: str | None = None
         self.exit_code = EXIT_OK
         self.job_limit = jittered_limit(settings.max_jobs)
