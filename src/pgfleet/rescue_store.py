@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pgfleet.rows import HeldJob, HolderRescue, Lease, RescuedJob
-from pgfleet.store import MAX_REFUNDS, Conn, _many
+from pgfleet.store import Conn, _many
 
 
 def held_by(conn: Conn, *, worker: str) -> list[HeldJob]:
@@ -16,14 +16,13 @@ def held_by(conn: Conn, *, worker: str) -> list[HeldJob]:
 
 def rescue_holder(conn: Conn, *, worker: str, error: str, delays: dict[int, float],
                   shared: bool, running: list[int] | None = None) -> list[HolderRescue]:
-    """Give back a dead worker's jobs (those of `delays`). A job whose task was running
-    (in `running`; every job when it is None) is due after its delay and charged an
-    attempt unless `shared`; any other is due at once with its attempt refunded, like a
-    give-back (MAX_REFUNDS of them, later ones count)."""
+    """Give back a dead worker's jobs (those of `delays`). A job whose task ran last (in
+    `running`; every job when it is None) is due after its delay and charged an attempt
+    unless `shared`; any other is due at once, never charged."""
     return _many(conn, "rescue_holder",
                  {"worker": worker, "error": error, "ids": list(delays),
-                  "delays": list(delays.values()), "shared": shared, "running": running,
-                  "max_refunds": MAX_REFUNDS}, HolderRescue)
+                  "delays": list(delays.values()), "shared": shared, "running": running},
+                 HolderRescue)
 
 
 def running_leases(conn: Conn) -> list[Lease]:

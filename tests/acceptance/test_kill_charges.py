@@ -1,7 +1,7 @@
-"""A worker killed from outside (SIGKILL: an operator, the OOM killer) charges an attempt
-only to the jobs whose task code it was running. The jobs it had claimed ahead (prefetch)
-and not started go back with their attempt refunded: with max_attempts 1 they used to end
-`dead` without ever running."""
+"""A worker that dies charges an attempt only to the jobs whose task code it ran last.
+The jobs it had claimed ahead (prefetch) and not started go back uncharged: with
+max_attempts 1 they used to end `dead` without ever running, after a SIGKILL from outside
+(an operator, the OOM killer) or a poison job's crashes (found by an outside trial)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.faults import books
 from tests.support.fleet import Fleet, alive
 from tests.support.workers import scalar, wait_for
 
-REFUNDED = "worker died: SIGKILL (not running its task: attempt refunded)"
+NOT_CHARGED = "(not running its task: not charged)"
 
 
 def rows(dsn: str, ids: list[int]) -> dict[int, tuple[Any, ...]]:
@@ -52,10 +52,50 @@ def test_a_sigkill_charges_the_running_job_and_refunds_the_prefetched_ones(
     assert [e["error"] for e in errors] == ["worker died: SIGKILL"]
     for job_id in prefetched:
         state, attempt, refunds, crashes, errors = found[job_id]
-        # Attempt 1 was given back uncharged (the number is kept: it is the fence), so
-        # the run that succeeded is attempt 2 within max_attempts 1 + 1 refund.
-        assert (state, attempt, refunds, crashes) == ("succeeded", 2, 1, 0), job_id
-        assert [e["error"] for e in errors] == [REFUNDED], job_id
+        # Given back with its attempt number back by one: the run that succeeded is 1.
+        assert (state, attempt, refunds, crashes) == ("succeeded", 1, 0, 0), job_id
+        assert [e["error"] for e in errors] == [f"worker died: SIGKILL {NOT_CHARGED}"], job_id
     log = f.log()
     assert log.count("before running it") == 10
     books.check(dsn, ids)
+
+
+def test_a_poison_job_ahead_of_prefetched_jobs_never_charges_them(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    """Each of the poison job's four crashes gives the three jobs claimed behind it back
+    uncharged; they run once it is dead. (A refund cap of 3, as for give-backs, ended them
+    dead at the fourth crash without running.)"""
+    f = fleet({"default": {"processes": 1, "threads": 1, "prefetch": 10}})
+    f.wait_workers(1)
+    ids = pgfleet.enqueue_many(dsn, [{"task": "crash", "max_attempts": 4},
+                                     *[{"task": "noop", "max_attempts": 1}] * 3])
+    poison, behind = ids[0], ids[1:]
+    wait_for(lambda: all(r[0] in ("succeeded", "dead") for r in rows(dsn, ids).values()),
+             timeout=120)
+    found = rows(dsn, ids)
+    assert found[poison][:4] == ("dead", 4, 0, 4)
+    for job_id in behind:
+        state, attempt, refunds, crashes, errors = found[job_id]
+        assert (state, attempt, refunds, crashes) == ("succeeded", 1, 0, 0), job_id
+        assert errors and all(e["error"].endswith(NOT_CHARGED) for e in errors), errors
+        assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s"
+                           " AND event = 'finished'", (job_id,)) == 1
+    books.check(dsn, ids)
+
+
+def test_a_task_that_signals_its_own_process_is_the_one_charged(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    """os.kill(os.getpid(), SIGSEGV) returns in the task's thread before the signal ends
+    the process on another thread: the task may have returned by then. It is still the
+    job charged (it ran last on its thread), not refunded as if it had never run."""
+    f = fleet({"default": {"processes": 1, "threads": 1}})
+    f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "self_segv", {}, max_attempts=1)
+    wait_for(lambda: rows(dsn, [job_id])[job_id][0] == "dead", timeout=60)
+    state, attempt, refunds, crashes, errors = rows(dsn, [job_id])[job_id]
+    assert (state, attempt, refunds, crashes) == ("dead", 1, 0, 1)
+    assert [e["error"] for e in errors] == ["worker died: SIGSEGV"]
+    assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s AND event = 'started'",
+                  (job_id,)) == 1

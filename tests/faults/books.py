@@ -17,7 +17,7 @@ Rules checked:
    (`presumed_dead_pids`): its late rows may come later, but only if its attempt was
    superseded by a later one (fencing by attempt).
 6. One attempt number is never handed to two processes, unless the job's errors show it
-   was given back uncharged after a crash of a process it shared with other jobs.
+   was given back uncharged after a crash: beside other jobs, or not running its task.
 7. Every superseded run (attempt below the job's final attempt) has its end recorded in
    the job's error list: failed, crashed or lease expired. No run vanishes unaccounted.
 """
@@ -39,7 +39,8 @@ AUDITED = {"noop", "sleep", "fail_once", "async_noop", "hog", "stubborn", "spin"
 # How the rescue paths record an attempt whose process or lease died.
 FAULT_ERRORS = ("worker died", "lease expired")
 # How the rescue marks an attempt given back because its process held other jobs too.
-NOT_CHARGED = "(beside other jobs: not charged)"
+# Given back after a crash without being charged: beside other jobs, or not running its task.
+NOT_CHARGED = "not charged)"
 
 
 @dataclass

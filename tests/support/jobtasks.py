@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -85,6 +86,14 @@ def crash() -> None:
 
     audit("started")
     ctypes.string_at(0)
+
+
+@pgfleet.task(name="self_segv")
+def self_segv() -> None:
+    """Sends SIGSEGV to its own process and returns: the signal lands on another thread,
+    possibly after this one has moved on."""
+    audit("started")
+    os.kill(os.getpid(), signal.SIGSEGV)
 
 
 @pgfleet.task(name="hog")

@@ -27,14 +27,15 @@ def test_requests_carry_the_running_jobs_or_say_they_are_unknown() -> None:
         pipe.close()
 
 
-def test_the_board_keeps_what_each_thread_runs_until_the_slot_is_reused() -> None:
+def test_the_board_keeps_the_last_two_jobs_of_each_thread_until_the_slot_is_reused() -> None:
     board = BeaconBoard(4)
     beacon = board.beacon(2)
     beacon.running(0, 41)
     beacon.running(5, 42)
     beacon.running(MAX_THREADS - 1, 43)
-    beacon.running(0, 0)  # thread 0 left its job
-    assert board.running_jobs(2) == [42, 43]
+    beacon.running(0, 44)  # thread 0's previous job stays noted: 41
+    beacon.running(0, 45)  # now 45 and 44; 41 is forgotten
+    assert board.running_jobs(2) == [42, 43, 44, 45]
     assert board.running_jobs(1) == []
     board.reset_unready(2)  # the next child forked into the slot starts clean
     assert board.running_jobs(2) == []

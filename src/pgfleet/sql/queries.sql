@@ -353,36 +353,29 @@ SELECT j.id, j.queue, j.attempt, td.backoff AS task_backoff
  ORDER BY j.id
 
 -- name: rescue_holder :many
--- R3a: the supervisor saw this worker exit. A job whose task code was running in it
--- (`running`, noted by the worker's threads in shared memory; NULL: not known, all of
--- them) failed with the reason and is due again after its `delay`; each counts the crash
--- (0007). Such a job alone is charged the attempt, so a job that kills its process cannot
--- loop forever; several running together (`shared`) get the attempt back and run alone
--- from now on, so the next crash names the culprit without charging its neighbours.
--- Any other job (claimed ahead and not started, or done and not yet committed) did not
--- run into the crash: it goes back at once like a give-back, the attempt number kept (it
--- is the fence) and refunded up to max_refunds times.
+-- R3a: the supervisor saw this worker exit. A job whose task code ran in it last
+-- (`running`, noted by the worker's threads in shared memory, the last two jobs of each;
+-- NULL: not known, all of them) failed with the reason and is due again after its
+-- `delay`; each counts the crash (0007). Such a job alone is charged the attempt, so a job
+-- that kills its process cannot loop forever; several together (`shared`) get the
+-- attempt back and run alone from now on, so the next crash names the culprit without
+-- charging its neighbours. Any other job (claimed ahead and not started, or done earlier
+-- and not yet committed) had no part in the crash: it goes back at once, never charged,
+-- its attempt number back by one (the dead process is gone, so the number is free).
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
              FROM pgfleet.failed_attempt(
                       j.attempt,
-                      CASE WHEN NOT d.ran
-                           THEN j.max_attempts + least(j.refunds + 1, %(max_refunds)s)
-                           WHEN %(shared)s THEN j.attempt + 1
+                      CASE WHEN NOT d.ran OR %(shared)s THEN j.attempt + 1
                            ELSE j.max_attempts + j.refunds END,
                       j.run_at, j.errors, %(error)s,
                       CASE WHEN d.ran THEN d.delay ELSE 0 END,
                       logged_error => CASE
-                          WHEN NOT d.ran AND j.refunds < %(max_refunds)s
-                          THEN %(error)s || ' (not running its task: attempt refunded)'
-                          WHEN NOT d.ran
-                          THEN %(error)s || ' (not running its task: attempt counted, '
-                               || %(max_refunds)s || ' refunds used)'
+                          WHEN NOT d.ran THEN %(error)s || ' (not running its task: not charged)'
                           WHEN %(shared)s THEN %(error)s || ' (beside other jobs: not charged)'
                           END) f),
-       attempt = j.attempt - CASE WHEN d.ran AND %(shared)s THEN 1 ELSE 0 END,
-       refunds = CASE WHEN d.ran THEN j.refunds ELSE least(j.refunds + 1, %(max_refunds)s) END,
+       attempt = j.attempt - CASE WHEN NOT d.ran OR %(shared)s THEN 1 ELSE 0 END,
        crashes = j.crashes + CASE WHEN d.ran THEN 1 ELSE 0 END,
        solo = j.solo OR (d.ran AND %(shared)s),
        lease_holder = NULL, lease_expires_at = NULL

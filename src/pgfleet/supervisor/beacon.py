@@ -17,10 +17,12 @@ import time
 _BEAT = struct.Struct("dd")  # last beat (monotonic seconds), jobs running: the child's
 _PEERS = struct.Struct("d")  # workers of the child's queue: the master's
 _SLOT_SIZE = _BEAT.size + _PEERS.size
-# One job id per executor thread (0: none), after the beat slots; as many as a worker
-# may have threads (QueueConfig.threads).
+# Per executor thread, the last two jobs whose task it entered (0: none), after the beat
+# slots; as many threads as a worker may have (QueueConfig.threads). Two, not one: a task
+# that signals its own process (os.kill(os.getpid(), SIGSEGV)) returns before the signal
+# lands, and its thread may already have taken the next job.
 MAX_THREADS = 256
-_JOB = struct.Struct("q")
+_JOB = struct.Struct("qq")
 _JOBS_SIZE = MAX_THREADS * _JOB.size
 
 
@@ -52,11 +54,12 @@ class BeaconBoard:
         return self.read(index)[1] >= 0
 
     def running_jobs(self, index: int) -> list[int]:
-        """The jobs whose task code the child in this slot was running, as its threads
-        last noted (read after it died, so nothing writes meanwhile)."""
+        """The jobs whose task code the child in this slot ran last, two per thread (read
+        after it died, so nothing writes meanwhile). A job among them may have ended; the
+        rescue looks only at jobs still held, whose outcome was not committed."""
         start = self.jobs_at + index * _JOBS_SIZE
-        return sorted({job for (job,) in _JOB.iter_unpack(self.memory[start:start + _JOBS_SIZE])
-                       if job})
+        return sorted({job for pair in _JOB.iter_unpack(self.memory[start:start + _JOBS_SIZE])
+                       for job in pair if job})
 
     def read(self, index: int) -> tuple[float, int]:
         beat, busy = _BEAT.unpack_from(self.memory, index * _SLOT_SIZE)
@@ -74,12 +77,13 @@ class Beacon:
         _BEAT.pack_into(self.board.memory, self.index * _SLOT_SIZE, time.monotonic(), float(busy))
 
     def running(self, thread: int, job_id: int) -> None:
-        """Executor thread `thread` entered the task of `job_id` (0: left it). The config
-        allows no more threads than MAX_THREADS; a thread beyond would go unnoted."""
+        """Executor thread `thread` enters the task of `job_id`: it becomes the thread's
+        last job, and the one before its previous. The config allows no more threads than
+        MAX_THREADS; a thread beyond would go unnoted."""
         if thread < MAX_THREADS:
-            _JOB.pack_into(self.board.memory,
-                           self.board.jobs_at + self.index * _JOBS_SIZE + thread * _JOB.size,
-                           job_id)
+            at = self.board.jobs_at + self.index * _JOBS_SIZE + thread * _JOB.size
+            last, _ = _JOB.unpack_from(self.board.memory, at)
+            _JOB.pack_into(self.board.memory, at, job_id, last)
 
     def peers(self) -> int:
         """Workers of this child's queue, as the master last wrote it."""

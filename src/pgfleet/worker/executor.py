@@ -120,7 +120,7 @@ class Executor:
                  wake: Callable[[], None],
                  note_running: Callable[[int, int], None] | None = None) -> None:
         self.queue = queue
-        # (thread index, job id or 0): which job's task code each thread is in, for the
+        # (thread index, job id): the job whose task code a thread enters, for the
         # supervisor to know, should this process die, which jobs were running.
         self.note_running = note_running
         self.worker_id = worker_id
@@ -190,15 +190,9 @@ class Executor:
                 if running is None:
                     self.loops.close()
                     return
-                if note is None:
-                    outcome = self._execute(running)
-                else:
+                if note is not None:
                     note(index, running.job.id)
-                    try:
-                        outcome = self._execute(running)
-                    finally:
-                        note(index, 0)
-                put(outcome)
+                put(self._execute(running))
                 wake()
             except (JobTimeout, LeaseLost, WorkerStopping, Cancelled):
                 # An interrupt that landed just after its job had ended: nothing to do.
