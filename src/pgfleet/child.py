@@ -116,6 +116,13 @@ class Reconnect:
     def due(self, now: float) -> bool:
         return now >= self.not_before
 
+    def report(self, logger: logging.Logger, what: str, error: str, delay: float) -> None:
+        """A failed attempt, once `failed()` counted it: the first of a run at WARNING,
+        the rest at DEBUG, so an outage is one line per process, not one per retry (a
+        30 s outage made about 25 lines per listener). `error`: one line, secrets scrubbed."""
+        level = logging.WARNING if self.failures == 1 else logging.DEBUG
+        logger.log(level, "%s (retrying in %.1fs): %s", what, delay, error)
+
 
 class ChildProcess:
     """Lifecycle shared by every child. Subclasses run their own loop, calling `beat()`

@@ -54,9 +54,10 @@ class Listener:
                 if self.stopping.is_set():
                     return
                 delay = reconnect.failed()
-                log.warning("listener connection lost (%s); reconnecting in %.1fs",
-                            scrub(str(exc).strip().splitlines()[0] if str(exc) else "", self.dsn),
-                            delay)
+                text = str(exc).strip()
+                reconnect.report(log, "listener connection lost",
+                                 scrub(text.splitlines()[0] if text else type(exc).__name__,
+                                       self.dsn), delay)
                 self.stopping.wait(delay)
             finally:
                 if self.conn is not None:

@@ -58,8 +58,9 @@ class Maintenance(DatabaseChild):
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 self.drop_connection()
                 delay = self.reconnect.failed()
-                log.warning("maintenance pass failed (retrying in %.1fs): %s", delay,
-                            scrub(str(exc).strip(), self.dsn))
+                text = str(exc).strip()
+                self.reconnect.report(log, "maintenance pass failed", scrub(
+                    text.splitlines()[0] if text else type(exc).__name__, self.dsn), delay)
                 # Beating while it waits: an outage must not look like a frozen process.
                 self.pause(delay)
                 continue

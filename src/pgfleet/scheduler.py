@@ -100,8 +100,8 @@ class Scheduler(DatabaseChild):
                 self.drop_connection()
                 delay = self.reconnect.failed()
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                log.warning("scheduler pass failed (retrying in %.1fs): %s", delay,
-                            scrub(text, self.dsn))
+                self.reconnect.report(log, "scheduler pass failed", scrub(text, self.dsn),
+                                      delay)
                 self.pause(delay)
                 continue
             if self.reconnect.succeeded():

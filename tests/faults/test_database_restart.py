@@ -99,3 +99,25 @@ def test_an_outage_longer_than_stale_after_kills_no_child(
     log = f.log()
     assert "has not beaten" not in log, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_an_outage_is_one_line_per_process_not_one_per_retry(
+        db: Db, cfleet: Callable[..., Fleet]) -> None:
+    """Outside trial: a 30 s outage made about 25 "listener connection lost" lines per
+    process and a three-line warning per failed maintenance pass. Each process now says
+    it once (the first failure of a run), retries at DEBUG, and says when it is back."""
+    f = cfleet({"default": {"processes": 2, "threads": 2}})
+    f.wait_workers(2)
+    wait_for(lambda: f.log().count("worker") >= 2 and "started on queue" in f.log())
+    settle(1.0)  # the listeners are up
+    db.cluster.stop("fast")
+    # Long enough for several retries of each (backoff from 0.1 s, doubling).
+    wait_for(lambda: f.log().count("lost its database connection") >= 2, timeout=30)
+    settle(8.0)
+    db.cluster.start()
+    wait_for(lambda: f.log().count("reconnected") >= 3, timeout=60)
+    log = f.log()
+    assert log.count("listener connection lost") == 2, log[-3000:]
+    assert log.count("maintenance pass failed") == 1, log[-3000:]
+    assert log.count("lost its database connection") == 2, log[-3000:]
+    assert "This probably means" not in log  # psycopg's second and third lines
