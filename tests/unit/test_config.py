@@ -580,3 +580,13 @@ def test_crash_limit_values_are_checked_one_line_each() -> None:
         "pgfleet.yaml:4: supervisor.crash_limit.count: expected a value of at least 1",
         "pgfleet.yaml:5: supervisor.crash_limit.window: expected a duration greater than 0s",
     ]
+
+
+def test_a_bad_prefetch_is_one_plain_line() -> None:
+    """Outside trial: `prefetch: -1` printed two lines per value under pydantic's internal
+    names of the union's members (`function-after[functools.partial(<function ...`)."""
+    errors = errors_of("queues:\n  a:\n    prefetch: -1\n  b:\n    prefetch: lots\n"
+                       "  c:\n    prefetch: true\n  d:\n    prefetch: 1001\n")
+    expected = "expected auto or a whole number from 0 to 1000"
+    assert errors == [f"pgfleet.yaml:{line}: queues.{name}.prefetch: {expected}"
+                      for line, name in ((3, "a"), (5, "b"), (7, "c"), (9, "d"))]

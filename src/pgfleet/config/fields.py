@@ -7,12 +7,13 @@ on the models.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BeforeValidator,
     ConfigDict,
+    PlainValidator,
     ValidationError,
     WithJsonSchema,
 )
@@ -60,6 +61,26 @@ PositiveDuration = Annotated[
     float, BeforeValidator(_positive_duration), WithJsonSchema(_DURATION_SCHEMA)
 ]
 Size = Annotated[int, BeforeValidator(parse_size), WithJsonSchema(_SIZE_SCHEMA)]
+
+MAX_PREFETCH = 1000
+
+
+def _prefetch(value: object) -> int | Literal["auto"]:
+    """One check for "a count or auto": as a union, pydantic reported one error per member,
+    each under its internal name (`function-after[...]`, `literal['auto']`)."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_PREFETCH:
+        return value
+    raise ValueError(f"expected auto or a whole number from 0 to {MAX_PREFETCH}")
+
+
+Prefetch = Annotated[
+    int | Literal["auto"],
+    PlainValidator(_prefetch),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_PREFETCH},
+                              {"const": "auto"}]}),
+]
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 

@@ -4,7 +4,7 @@ relations between keys that must hold. Their field defaults are pgfleet's defaul
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
@@ -19,6 +19,7 @@ from pgfleet.config.fields import (
     ModuleName,
     Name,
     PositiveDuration,
+    Prefetch,
     RateText,
     Size,
     parse_listen,
@@ -137,7 +138,7 @@ class QueueConfig(BaseModel):
     poll_interval: PositiveDuration | None = Field(
         default=None, description="Polling period of this queue; defaults to the top-level one."
     )
-    prefetch: Annotated[Int, Field(ge=0, le=1000)] | Literal["auto"] = Field(
+    prefetch: Prefetch = Field(
         default="auto",
         description="Jobs claimed beyond free slots; auto: enough to keep the threads busy "
                     "through one round trip, from the measured job time (claims of at most 100).",

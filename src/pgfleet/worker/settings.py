@@ -63,7 +63,7 @@ def build_settings(config: Config | None, queue_name: str, *, dsn: str, registry
     own_poll = queue.poll_interval
     settings = WorkerSettings(
         dsn=dsn, queue=queue_name, registry=registry, threads=queue.threads,
-        prefetch=None if queue.prefetch == "auto" else queue.prefetch,
+        prefetch=queue.prefetch if isinstance(queue.prefetch, int) else None,
         poll_interval=config.poll_interval if own_poll is None else own_poll,
         notify=config.notify, lease=config.supervisor.lease,
         heartbeat_interval=config.supervisor.heartbeat_interval, timeout=queue.timeout,
