@@ -175,6 +175,8 @@ class JobRecord:
     progress: Any
     snoozes: int
     cancel_requested_at: datetime | None
+    refunds: int
+    crashes: int
 
 
 

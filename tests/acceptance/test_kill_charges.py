@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +59,12 @@ def test_a_sigkill_charges_the_running_job_and_refunds_the_prefetched_ones(
         assert [e["error"] for e in errors] == [f"worker died: SIGKILL {NOT_CHARGED}"], job_id
     log = f.log()
     assert log.count("before running it") == 10
+    # `jobs show` says how many crashes a job was in and how many give-backs it was
+    # refunded (what explains an attempt above max_attempts).
+    shown = subprocess.run([sys.executable, "-m", "pgfleet", "jobs", "show", str(sleeper)],
+                           capture_output=True, text=True, timeout=60, check=True,
+                           env={**os.environ, "PGFLEET_DATABASE_URL": dsn}).stdout
+    assert "crashes: 1" in shown and "refunds: 0" in shown, shown
     books.check(dsn, ids)
 
 

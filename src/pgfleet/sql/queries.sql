@@ -489,7 +489,10 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now()
 SELECT id, queue, task, args::text AS args, state::text, priority, run_at, attempt, max_attempts,
        lease_holder, lease_expires_at, created_at, started_at, finished_at, last_error,
        errors::text AS errors, unique_key, meta::text AS meta, result::text AS result,
-       progress::text AS progress, snoozes, cancel_requested_at
+       progress::text AS progress, snoozes, cancel_requested_at,
+       -- Why attempt may stand above max_attempts (refunded give-backs), and how many
+       -- worker crashes the job was in.
+       refunds, crashes
   FROM pgfleet.jobs WHERE id = %(id)s
 
 -- name: list_jobs :many
