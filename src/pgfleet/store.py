@@ -477,6 +477,14 @@ def complete_failed(
     return {row.id: row for row in rows}
 
 
+def withdraw(conn: Conn, *, worker: str, ids: Sequence[int]) -> list[int]:
+    """Requeue jobs no thread started (and none will), uncharged: their attempt goes back."""
+    if not ids:
+        return []
+    return [row.id for row in _many(conn, "withdraw", {"worker": worker, "ids": list(ids)},
+                                    JobId)]
+
+
 def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> list[int]:
     """Requeue jobs whose threads are known stopped; the first MAX_REFUNDS give-backs of a
     job do not count as attempts, later ones do (so no job loops on give-backs)."""

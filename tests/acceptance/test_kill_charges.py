@@ -16,7 +16,7 @@ import psycopg
 
 import pgfleet
 from tests.faults import books
-from tests.support.fleet import Fleet, alive
+from tests.support.fleet import Fleet, alive, settle
 from tests.support.workers import scalar, wait_for
 
 NOT_CHARGED = "(not running its task: not charged)"
@@ -107,3 +107,37 @@ def test_a_task_that_signals_its_own_process_is_the_one_charged(
     assert [e["error"] for e in errors] == ["worker died: SIGSEGV"]
     assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s AND event = 'started'",
                   (job_id,)) == 1
+
+
+def test_a_graceful_stop_withdraws_prefetched_jobs_uncharged(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    """Outside trial: jobs claimed ahead went back through the give-back, whose refunds
+    are capped at 3, so four stops (deploys) ended them `dead` without ever running. A
+    stopping worker now withdraws them: attempt back by one, no refund spent. The job in
+    front sleeps in C past shutdown_timeout, so its thread is still busy when the stop
+    withdraws the others."""
+    # The sleeper first in claim order at every start (priority -1; a give-back is due
+    # 1 s later, so each start waits that out), the others claimed behind it.
+    ids = pgfleet.enqueue_many(dsn, [{"task": "sleep", "args": {"seconds": 2.5},
+                                      "priority": -1},
+                                     *[{"task": "noop", "max_attempts": 1}] * 5])
+    sleeper, prefetched = ids[0], ids[1:]
+    for stop in range(4):
+        settle(1.2)
+        f = fleet({"default": {"processes": 1, "threads": 1, "prefetch": 10,
+                               "kill_grace": "5s"}},
+                  supervisor={"shutdown_timeout": "1s"}, name=f"stop{stop}")
+        f.wait_workers(1)
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s"
+                                     " AND event = 'started'", (sleeper,))
+                 == stop + 1)  # noqa: B023 - read within this iteration
+        f.signal(signal.SIGTERM)
+        assert f.wait(30) == 0
+        assert "withdrew 5 job(s) no thread had started" in f.log(), f.log()[-2000:]
+    found = rows(dsn, ids)
+    for job_id in prefetched:
+        assert found[job_id][:4] == ("queued", 0, 0, 0), (job_id, found[job_id])
+    # The sleeper was started and given back four times: its refunds are capped at 3.
+    assert found[sleeper][2] == 3, found[sleeper]
+    assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = ANY(%s)", (prefetched,)) == 0

@@ -311,6 +311,18 @@ SELECT id, queue, task, progress::text AS progress FROM pgfleet.jobs
  ORDER BY id DESC
  LIMIT %(limit)s
 
+-- name: withdraw :many
+-- Shutdown: jobs this worker claimed ahead and no thread started (the executor marked them
+-- so that none ever will) go back due now, never charged: the attempt number they were
+-- given goes back by one, since no run of it exists anywhere. Give-backs of started jobs
+-- spend the refunds below; these did not, or four deploys could end a job `dead` that
+-- never ran (outside trial).
+UPDATE pgfleet.jobs j
+   SET state = 'queued', attempt = j.attempt - 1, run_at = now(),
+       lease_holder = NULL, lease_expires_at = NULL
+ WHERE j.lease_holder = %(worker)s AND j.state = 'running' AND j.id = ANY(%(ids)s::bigint[])
+RETURNING j.id
+
 -- name: give_back :many
 -- Shutdown: jobs this worker did not finish, whose threads are known stopped, go back. The
 -- attempt number stays (it is the fence: a number never runs in two processes); the

@@ -447,18 +447,21 @@ def _shut_down(worker: Worker) -> None:
         log.info("worker %s stopped without the database", worker.s.worker_id)
         worker._drop_connection()
         return
-    stopped = _stop_jobs(worker)
+    withdrawn, stopped = _stop_jobs(worker)
     try:
         if worker.conn is None or worker.conn.closed:
             worker._connect()
         assert worker.conn is not None
         worker._flush()
+        if withdrawn:
+            ids = store.withdraw(worker.conn, worker=worker.s.worker_id, ids=sorted(withdrawn))
+            log.info("withdrew %d job(s) no thread had started: %s", len(ids), ids)
         if stopped:
             ids = store.give_back(worker.conn, worker=worker.s.worker_id, ids=sorted(stopped))
-            for job_id in stopped:
-                worker.executor.release(job_id)
             if ids:
                 log.info("gave back %d unfinished job(s): %s", len(ids), ids)
+        for job_id in withdrawn | stopped:
+            worker.executor.release(job_id)
         if worker.running:
             log.warning("left %d job(s) leased, their threads still running: %s; they "
                         "are returned once this process is gone", len(worker.running),
@@ -474,12 +477,13 @@ def _shut_down(worker: Worker) -> None:
     log.info("worker %s stopped", worker.s.worker_id)
 
 
-def _stop_jobs(worker: Worker) -> set[int]:
+def _stop_jobs(worker: Worker) -> tuple[set[int], set[int]]:
     """Withdraw the jobs no thread has started, interrupt the running ones and wait
     for their threads to leave them: up to kill_grace, and never past most of the
-    lease. Returns the ids known stopped without an outcome worth recording (to give
-    back); the other outcomes stay pending for the flush."""
-    stopped = worker.executor.withdraw_waiting()
+    lease. Returns the ids withdrawn, and those known stopped without an outcome worth
+    recording (to give back); the other outcomes stay pending for the flush."""
+    withdrawn = worker.executor.withdraw_waiting()
+    stopped = set(withdrawn)
     for job_id, running in worker.running.items():
         if job_id not in stopped and job_id not in worker.stuck:
             worker.executor.interrupt(running, WorkerStopping)
@@ -498,4 +502,4 @@ def _stop_jobs(worker: Worker) -> set[int]:
     stopped |= {o.running.job.id for o in worker.completer.pending if o.stopped}
     worker.completer.pending = [o for o in worker.completer.pending
                               if o.running.job.id not in stopped]
-    return stopped
+    return withdrawn, stopped - withdrawn
