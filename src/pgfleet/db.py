@@ -74,6 +74,13 @@ def scrub(text: str, dsn: str | None) -> str:
     return text
 
 
+def first_line(exc: BaseException, dsn: str | None = None) -> str:
+    """The first line of an exception's text (or its type), without dsn's password: what
+    a log line or an error line says of a failure."""
+    text = str(exc).strip()
+    return scrub(text.splitlines()[0] if text else type(exc).__name__, dsn)
+
+
 # Set to "transaction" when connections go through a transaction-mode pooler.
 POOLER_ENV = "PGFLEET_DATABASE_POOLER"
 

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from pgfleet.child import Reconnect
-from pgfleet.db import connect, scrub
+from pgfleet.db import connect, first_line
 from pgfleet.errors import DatabaseUnavailable
 
 log = logging.getLogger("pgfleet.listener")
@@ -54,10 +54,8 @@ class Listener:
                 if self.stopping.is_set():
                     return
                 delay = reconnect.failed()
-                text = str(exc).strip()
                 reconnect.report(log, "listener connection lost",
-                                 scrub(text.splitlines()[0] if text else type(exc).__name__,
-                                       self.dsn), delay)
+                                 first_line(exc, self.dsn), delay)
                 self.stopping.wait(delay)
             finally:
                 if self.conn is not None:

@@ -16,7 +16,7 @@ from pgfleet import fleet_store, flow, metrics, rescue_store, store
 from pgfleet.backoff import Backoff
 from pgfleet.child import BEAT_EVERY
 from pgfleet.config import Config, QueueConfig
-from pgfleet.db import scrub
+from pgfleet.db import first_line, scrub
 from pgfleet.db_child import DatabaseChild
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.lease_watch import LeaseWatch
@@ -58,9 +58,8 @@ class Maintenance(DatabaseChild):
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 self.drop_connection()
                 delay = self.reconnect.failed()
-                text = str(exc).strip()
-                self.reconnect.report(log, "maintenance pass failed", scrub(
-                    text.splitlines()[0] if text else type(exc).__name__, self.dsn), delay)
+                self.reconnect.report(log, "maintenance pass failed",
+                                      first_line(exc, self.dsn), delay)
                 # Beating while it waits: an outage must not look like a frozen process.
                 self.pause(delay)
                 continue

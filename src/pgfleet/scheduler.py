@@ -34,7 +34,7 @@ from pgfleet.child import BEAT_EVERY
 from pgfleet.client import DEFAULT_MAX_ATTEMPTS
 from pgfleet.config import Config, ScheduleConfig
 from pgfleet.cron import fire_times_after, previous_fire_time
-from pgfleet.db import scrub
+from pgfleet.db import first_line, scrub
 from pgfleet.db_child import DatabaseChild
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.supervisor.beacon import Beacon
@@ -99,9 +99,8 @@ class Scheduler(DatabaseChild):
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 self.drop_connection()
                 delay = self.reconnect.failed()
-                text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                self.reconnect.report(log, "scheduler pass failed", scrub(text, self.dsn),
-                                      delay)
+                self.reconnect.report(log, "scheduler pass failed",
+                                      first_line(exc, self.dsn), delay)
                 self.pause(delay)
                 continue
             if self.reconnect.succeeded():

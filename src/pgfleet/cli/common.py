@@ -19,7 +19,7 @@ from pgfleet.cli.devstate import default_root as dev_root, read as read_state
 from pgfleet.cli.preflight import missing_modules
 from pgfleet.cli.terminal_text import shown
 from pgfleet.config import Config, ConfigError, load_config
-from pgfleet.db import connect, redact_dsn, resolve_dsn, scrub
+from pgfleet.db import connect, first_line, redact_dsn, resolve_dsn, scrub
 from pgfleet.errors import PgfleetError
 
 EXIT_USAGE = 2
@@ -40,12 +40,6 @@ APPLICATION_NAME = "pgfleet cli"
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     click.echo(f"pgfleet: error: {message}", err=True)
     sys.exit(code)
-
-
-def first_line(exc: BaseException, dsn: str | None = None) -> str:
-    """The first line of an exception's text (or its type), without dsn's password."""
-    text = str(exc).strip()
-    return scrub(text.splitlines()[0] if text else type(exc).__name__, dsn)
 
 
 def root_obj() -> dict[str, Any]:

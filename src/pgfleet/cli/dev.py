@@ -25,7 +25,6 @@ from pgfleet.cli.common import (
     URL_KEY,
     config_dsn,
     fail,
-    first_line,
     friendly,
     global_options,
     load_or_exit,
@@ -36,7 +35,7 @@ from pgfleet.cli.devstate import STOP_MARGIN, DevState, forget, read as read_sta
 from pgfleet.cli.preflight import WEB_EXTRA
 from pgfleet.cli.run import supervise
 from pgfleet.config import Config, WebConfig, parse_listen
-from pgfleet.db import redact_dsn
+from pgfleet.db import first_line, redact_dsn
 from pgfleet.errors import PgfleetError
 
 _BANNER = """\

@@ -13,12 +13,12 @@ from pgfleet.cli.common import (
     EXIT_USAGE,
     chosen_dsn,
     fail,
-    first_line,
     friendly,
     global_options,
     working_directory_last,
 )
 from pgfleet.config import Config, QueueConfig
+from pgfleet.db import first_line
 
 
 @click.command()

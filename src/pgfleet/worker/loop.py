@@ -29,7 +29,7 @@ import psycopg
 
 from pgfleet import fleet_store, flow, metrics, store
 from pgfleet.child import BEAT_EVERY, ChildProcess
-from pgfleet.db import connect, scrub
+from pgfleet.db import connect, first_line, scrub
 from pgfleet.defaults import publish as publish_defaults
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.listener import WAKE_ALL, Listener
@@ -99,11 +99,6 @@ def _freeze_startup_objects() -> None:
     Only a worker that owns its process does it: freezing is process-wide."""
     if threading.current_thread() is threading.main_thread():
         gc.freeze()
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class Worker(ChildProcess):
@@ -286,10 +281,10 @@ class Worker(ChildProcess):
         delay = self.reconnect.failed()
         if self.reconnect.failures == 1:
             log.warning("worker %s lost its database connection: %s",
-                        self.s.worker_id, scrub(first_line(exc), self.s.dsn))
+                        self.s.worker_id, first_line(exc, self.s.dsn))
         else:
             log.debug("worker %s: still no database (%s); next try in %.1fs",
-                      self.s.worker_id, scrub(first_line(exc), self.s.dsn), delay)
+                      self.s.worker_id, first_line(exc, self.s.dsn), delay)
         self._drop_connection()
 
     def _should_claim(self, now: float) -> bool:
