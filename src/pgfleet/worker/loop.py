@@ -279,12 +279,8 @@ class Worker(ChildProcess):
 
     def _connection_lost(self, exc: BaseException) -> None:
         delay = self.reconnect.failed()
-        if self.reconnect.failures == 1:
-            log.warning("worker %s lost its database connection: %s",
-                        self.s.worker_id, first_line(exc, self.s.dsn))
-        else:
-            log.debug("worker %s: still no database (%s); next try in %.1fs",
-                      self.s.worker_id, first_line(exc, self.s.dsn), delay)
+        self.reconnect.report(log, f"worker {self.s.worker_id} lost its database connection",
+                              first_line(exc, self.s.dsn), delay)
         self._drop_connection()
 
     def _should_claim(self, now: float) -> bool:
