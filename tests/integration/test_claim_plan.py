@@ -26,8 +26,44 @@ def index_pages(plan: dict[str, Any]) -> int:
                if n.get("Index Name") == "jobs_claim_idx")
 
 
+def nested_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Collect, from here on, the plans auto_explain logs for the statements run inside
+    functions (the limited claim is a PL/pgSQL function, which EXPLAIN does not open)."""
+    superuser = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+                             ).fetchone()
+    assert superuser == (True,), "auto_explain needs a superuser connection"
+    plans: list[dict[str, Any]] = []
+
+    def keep(notice: psycopg.errors.Diagnostic) -> None:
+        text = notice.message_primary or ""
+        if "plan:" in text:
+            plans.append(json.loads(text.split("plan:", 1)[1]))
+
+    conn.add_notice_handler(keep)
+    conn.execute("LOAD 'auto_explain'")
+    for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on",
+                    "log_nested_statements = on", "log_format = json"):
+        conn.execute(f"SET auto_explain.{setting}")
+    conn.execute("SET client_min_messages = log")
+    return plans
+
+
+def admin_dsn(dsn: str) -> str:
+    """The test database as the server's superuser whatever PGFLEET_TEST_ROLE says:
+    auto_explain needs one, and the plan does not depend on the role."""
+    return pg.dsn_for(conninfo_to_dict(dsn)["dbname"])
+
+
+def claim_statement(plans: list[dict[str, Any]]) -> dict[str, Any]:
+    """The top plan node of the claim statement run inside pgfleet.claim_jobs or
+    pgfleet.complete_and_claim_jobs (migration 0018), among the plans logged."""
+    [plan] = [p["Plan"] for p in plans if "SKIP LOCKED" in p["Query Text"]
+              and "CREATE" not in p["Query Text"] and "claim_jobs(" not in p["Query Text"]]
+    return plan
+
+
 def test_claim_plan_uses_the_partial_index_with_millions_of_rows(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(admin_dsn(dsn), autocommit=True) as conn:
         conn.execute(
             "INSERT INTO pgfleet.jobs (queue, task, args, run_at)"
             " SELECT 'default', 'noop', '{}', now() - interval '1 hour' + g * interval '1 ms'"
@@ -36,16 +72,7 @@ def test_claim_plan_uses_the_partial_index_with_millions_of_rows(dsn: str) -> No
             "INSERT INTO pgfleet.jobs (queue, task, state, finished_at, attempt)"
             " SELECT 'default', 'noop', 'succeeded', now(), 1 FROM generate_series(1, 1000000)")
         conn.execute("VACUUM ANALYZE pgfleet.jobs")
-        with conn.transaction(force_rollback=True):
-            cur = conn.execute(
-                b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.q("claim"),
-                {"queue": "default", "limit": 10, "worker": "w", "lease": 60.0,
-                 "args_limit": 1024 * 1024, "held": None, "held_solo": None,
-                 "after_priority": None, "after_run_at": None, "after_id": None})
-            row = cur.fetchone()
-            assert row is not None
-            raw = row[0]
-    plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
+        plan = explain(conn, "claim", limit=10, held=None, held_solo=None)
     every = nodes(plan)
     kinds = [n["Node Type"] for n in every]
     scans = [n for n in every if n["Node Type"] == "Index Scan"
@@ -59,11 +86,39 @@ def test_claim_plan_uses_the_partial_index_with_millions_of_rows(dsn: str) -> No
     assert plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0) < 500
 
 
+def test_a_claim_planned_on_an_empty_table_still_probes_the_index_under_a_backlog(
+        dsn: str) -> None:
+    """Migration 0018: each claim function keeps one plan per session, made at its first
+    call. Made while the table was empty, a generic plan leased the claimed rows by reading
+    every row of jobs (25 s for a claim of 100 over 900,000 rows). The pinned plan claims
+    100 jobs from a backlog that arrived after it with index probes alone."""
+    with psycopg.connect(admin_dsn(dsn), autocommit=True) as conn:
+        for query in ("claim", "complete_and_claim"):  # plans made on the empty table
+            assert len(conn.execute(store.q(query), {**CLAIM_PARAMS, "limit": 100}).fetchall()) \
+                == DONE_ROWS[query]
+        conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, args, run_at)"
+            " SELECT 'default', 'noop', '{}', now() - interval '1 hour' + g * interval '1 ms'"
+            " FROM generate_series(1, 300000) g")
+        conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, state, finished_at, attempt)"
+            " SELECT 'default', 'noop', 'succeeded', now(), 1 FROM generate_series(1, 300000)")
+        for query in ("claim", "complete_and_claim"):
+            plan = explain(conn, query, limit=100)
+            kinds = {n["Node Type"] for n in nodes(plan)}
+            assert not kinds & {"Seq Scan", "Sort", "Hash Join", "Merge Join"}, (query, kinds)
+            assert plan["Actual Rows"] == 100 + DONE_ROWS[query]
+            # Leasing 100 rows writes their new versions into each index: 1,400-1,800 pages
+            # (the statement planned per claim before 0018 read 1,625); a plan that reads
+            # the 600,000 rows reads over 19,000.
+            assert plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0) < 3000, query
+
+
 def test_a_claim_past_its_last_key_skips_the_dead_entries_of_claimed_jobs(dsn: str) -> None:
     """200,000 jobs claimed (and finished) leave their entries at the head of the claim
     index until a vacuum; a claim that starts past the last claimed key reads only about
     its own batch."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(admin_dsn(dsn), autocommit=True) as conn:
         conn.execute(
             "INSERT INTO pgfleet.jobs (queue, task, args, run_at)"
             " SELECT 'default', 'noop', '{}', now() - interval '1 hour' + g * interval '1 ms'"
@@ -78,16 +133,8 @@ def test_a_claim_past_its_last_key_skips_the_dead_entries_of_claimed_jobs(dsn: s
             last = max((j.priority, j.run_at, j.id) for j in jobs)
             store.complete_succeeded(conn, worker="w", done=[(j.id, j.attempt) for j in jobs])
         assert last is not None
-        with conn.transaction(force_rollback=True):
-            cur = conn.execute(
-                b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.q("claim"),
-                {"queue": "default", "limit": 100, "worker": "w", "lease": 60.0,
-                 "args_limit": 1024 * 1024, "held": 0, "held_solo": False,
-                 "after_priority": last[0], "after_run_at": last[1], "after_id": last[2]})
-            row = cur.fetchone()
-            assert row is not None
-            raw = row[0]
-    plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
+        plan = explain(conn, "claim", limit=100, after_priority=last[0],
+                       after_run_at=last[1], after_id=last[2])
     assert plan["Actual Rows"] == 100
     [scan] = [n for n in nodes(plan) if n["Node Type"] == "Index Scan"
               and n.get("Index Name") == "jobs_claim_idx"]
@@ -109,14 +156,13 @@ DONE_ROWS = {"claim": 0, "complete_and_claim": 1}
 
 
 def explain(conn: psycopg.Connection[Any], query: str, **params: Any) -> dict[str, Any]:
-    """EXPLAIN (ANALYZE, BUFFERS) of a claim query, rolled back: its top plan node."""
+    """The plan (ANALYZE, BUFFERS) of the claim statement a claim query runs inside its
+    function, rolled back: its top plan node. `conn` must be a superuser's."""
+    plans = nested_plans(conn)
     with conn.transaction(force_rollback=True):
-        row = conn.execute(b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.q(query),
-                           {**CLAIM_PARAMS, **params}).fetchone()
-    assert row is not None
-    raw = row[0]
-    plan: dict[str, Any] = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
-    return plan
+        conn.execute(store.q(query), {**CLAIM_PARAMS, **params}).fetchall()
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    return claim_statement(plans)
 
 
 def schedule_later(conn: psycopg.Connection[Any], n: int, priorities: str,
@@ -134,7 +180,7 @@ def test_an_empty_claim_does_not_read_the_jobs_scheduled_for_later(dsn: str) -> 
     now() instead of reading the future rows behind it: a few index probes per priority
     (measured: 12 pages with one priority, 25 with three), where the plain ordered scan
     of the claim before it read every future entry (1,209 pages with one priority)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(admin_dsn(dsn), autocommit=True) as conn:
         schedule_later(conn, 200_000, "{0}")
         schedule_later(conn, 200_000, "{-5,0,5}", queue="spread")
         conn.execute("VACUUM ANALYZE pgfleet.jobs")
@@ -214,28 +260,6 @@ def test_a_claim_locks_only_the_rows_it_claims(dsn: str) -> None:
                 assert len(free) == 7, query
 
 
-def nested_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    """Collect, from here on, the plans auto_explain logs for the statements run inside
-    functions (the limited claim is a PL/pgSQL function, which EXPLAIN does not open)."""
-    superuser = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
-                             ).fetchone()
-    assert superuser == (True,), "auto_explain needs a superuser connection"
-    plans: list[dict[str, Any]] = []
-
-    def keep(notice: psycopg.errors.Diagnostic) -> None:
-        text = notice.message_primary or ""
-        if "plan:" in text:
-            plans.append(json.loads(text.split("plan:", 1)[1]))
-
-    conn.add_notice_handler(keep)
-    conn.execute("LOAD 'auto_explain'")
-    for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on",
-                    "log_nested_statements = on", "log_format = json"):
-        conn.execute(f"SET auto_explain.{setting}")
-    conn.execute("SET client_min_messages = log")
-    return plans
-
-
 def test_a_limited_claim_does_not_read_the_jobs_scheduled_for_later(dsn: str) -> None:
     """Migration 0016: the limited claim (flow control) walks the priorities as the plain
     claim does. 200,000 jobs due later: its claim statement reads a handful of pages (the
@@ -276,20 +300,23 @@ def test_a_completion_compares_each_job_once_without_statistics(dsn: str) -> Non
     the planner expects about one running row. Joined with unnest() of the batch, that
     made a nested loop comparing every running row with every job of the batch (200 x 200)
     and re-reading the arrays 200 times; the completions must look each job up once."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(admin_dsn(dsn), autocommit=True) as conn:
         conn.execute("SET plan_cache_mode = force_custom_plan")
         conn.execute("INSERT INTO pgfleet.jobs (queue, task) SELECT 'default', 'noop'"
                      " FROM generate_series(1, 100000)")
         jobs = store.claim(conn, queue="default", limit=200, worker="w", lease=60,
                            held=0, held_solo=False)
         for name in ("complete_and_claim", "complete_succeeded"):
-            with conn.transaction(force_rollback=True):
-                cur = conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + store.q(name),
-                                   completion_params(jobs))
-                row = cur.fetchone()
-                assert row is not None
-                raw = row[0]
-            plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
+            if name == "complete_and_claim":  # a function (0018): the statement inside it
+                plan = explain(conn, name, **completion_params(jobs))
+            else:
+                with conn.transaction(force_rollback=True):
+                    cur = conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + store.q(name),
+                                       completion_params(jobs))
+                    row = cur.fetchone()
+                    assert row is not None
+                    raw = row[0]
+                plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
             every = nodes(plan)
             assert sum(n.get("Rows Removed by Join Filter", 0) for n in every) == 0, name
             assert all(n["Actual Loops"] == 1 for n in every

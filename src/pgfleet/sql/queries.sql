@@ -36,90 +36,37 @@ SELECT k.task, k.unique_key, k.id
   FROM pgfleet.jobs_holding_keys(%(tasks)s::text[], %(unique_keys)s::text[]) AS k
 
 -- name: claim :many
--- R1: lock due rows of one queue in claim order through the partial index, skipping rows
--- another worker holds, then lease them in the same statement. A paused queue yields none.
--- Due and future rows share jobs_claim_idx (queue, priority, run_at, id), so the claim
--- walks it one priority at a time (a loose index scan: start, prio, c) and reads each
--- priority's rows only up to now(): a plain ORDER BY priority, run_at, id LIMIT n scan
--- that finds fewer than n due rows reads every future row of the priority before it can
--- stop (44 ms per empty claim with 1,000,000 jobs an hour ahead; docs/performance.md).
--- The cost is one index probe per priority visited, plus one when the claim comes short.
--- A solo job (migration 0007) goes only to a worker that holds nothing, alone; a worker
--- holding one claims nothing more. A solo job among the locked rows stops a busy
--- worker's claim, so the worker drains and takes it next. after_*: the claim key
--- (priority, run_at, id) to start past, the last row of the worker's previous full claim
--- (NULL: from the head). Every claimed row leaves a dead entry at the head of
--- jobs_claim_idx that nothing removes during a drain (autovacuum ran 0 times in each drain
--- measured), and a claim from the head steps over all of them: 500-800 pages per claim
--- after 40,000-100,000 jobs. The worker goes back to the head when a claim comes back
--- short, on a notification and once per poll interval (pgfleet.worker.claim_cursor).
--- What the worker holds comes as
--- held / held_solo (the worker knows the jobs running in its process, which is what
--- containment is about); NULL counts its running rows instead, a scan of every running
--- row that a worker claiming thousands of times a second should not pay.
-WITH RECURSIVE held AS MATERIALIZED (
-    SELECT count(*) AS jobs, coalesce(bool_or(solo), false) AS solo FROM pgfleet.jobs
-     WHERE lease_holder = %(worker)s AND state = 'running'
-), start (priority, run_at, id) AS (
-    -- Where the walk starts: just past the cursor's key (ids are integers, so >= id + 1
-    -- is > id), or the first queued row of the queue, due or not (an index-only probe).
-    SELECT %(after_priority)s::int, %(after_run_at)s::timestamptz, %(after_id)s::bigint + 1
-     WHERE %(after_id)s::bigint IS NOT NULL
-    UNION ALL
-    (SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-      WHERE f.queue = %(queue)s AND f.state = 'queued' AND %(after_id)s::bigint IS NULL
-      ORDER BY f.priority, f.run_at, f.id LIMIT 1)
-), prio (priority, run_at, id) AS (
-    -- The priorities holding queued rows from there on, one index probe each, each with
-    -- its first queued key: pulled one at a time, only while c below still wants rows.
-    -- c starts each priority at that key, not at the priority's head, so the dead entries
-    -- of claimed rows at a head (after_*, see claim) are stepped over once, by the probe.
-    SELECT s.priority, s.run_at, s.id FROM start s
-    UNION ALL
-    SELECT n.priority, n.run_at, n.id
-      FROM prio p CROSS JOIN LATERAL (
-           SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-            WHERE f.queue = %(queue)s AND f.state = 'queued' AND f.priority > p.priority
-            ORDER BY f.priority, f.run_at, f.id LIMIT 1) n
-), c AS MATERIALIZED (
-    -- Per priority, its due rows from its first key on: the range ends at now(), so the
-    -- future rows behind it are never read. Rows are locked only as the outer LIMIT pulls
-    -- them (Limit over LockRows), in claim order (priority, run_at, id).
-    SELECT d.id, d.solo
-      FROM prio p CROSS JOIN LATERAL (
-           SELECT j.id, j.solo FROM pgfleet.jobs j
-            WHERE j.queue = %(queue)s AND j.state = 'queued' AND j.priority = p.priority
-              AND (j.run_at, j.id) >= (p.run_at, p.id) AND j.run_at <= now()
-            ORDER BY j.run_at, j.id
-            LIMIT %(limit)s
-              FOR UPDATE SKIP LOCKED) d
-     WHERE NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
-       AND NOT coalesce(%(held_solo)s::bool, (SELECT h.solo FROM held h))
-     LIMIT %(limit)s
-)
-UPDATE pgfleet.jobs j
-   SET state = 'running', attempt = j.attempt + 1, lease_holder = %(worker)s,
-       lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now()
-  FROM c
- WHERE j.id = c.id
-   AND (NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
-        OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1)
-            AND coalesce(%(held)s::bigint, (SELECT h.jobs FROM held h)) = 0))
-RETURNING j.id, j.task,
-          -- Args travel as text, and only within the limit: the worker decodes each job's
-          -- args in its executor thread, so a hostile row (nested 2,000 deep, 60 MB) fails
-          -- that job alone and is never loaded into the worker's memory.
-          CASE WHEN octet_length(j.args::text) <= %(args_limit)s THEN j.args::text END AS args,
-          j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
-          -- A row written before 0009 may hold an infinite run_at, which cannot be subtracted.
-          CASE WHEN isfinite(j.run_at) THEN extract(epoch FROM now() - j.run_at)::float8
-               ELSE 0 END AS wait_seconds, j.solo, j.priority,
-          -- The claim cursor's key; a legacy run_at before 1970 ('-infinity', BC) is not a
-          -- Python datetime, and any early time keys the cursor alike.
-          greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
-          -- For middleware (the trace context of pgfleet.otel); NULL when empty, the
-          -- common case, so most claims carry nothing more.
-          nullif(j.meta, '{}'::jsonb)::text AS meta
+-- R1: lock due rows of one queue in claim order, skipping rows another worker holds, and
+-- lease them, in one statement (pgfleet.claim_jobs, migration 0018, whose plan is fixed
+-- rather than made anew on each claim). A paused queue yields none.
+-- The walk: due and future rows share jobs_claim_idx (queue, priority, run_at, id), so the
+-- claim walks it one priority at a time and reads each priority's rows only up to now():
+-- a plain ORDER BY priority, run_at, id LIMIT n scan that finds fewer than n due rows
+-- reads every future row of the priority before it can stop (44 ms per empty claim with
+-- 1,000,000 jobs an hour ahead; docs/performance.md). The cost is one index probe per
+-- priority visited, plus one when the claim comes short.
+-- Solo: a solo job (migration 0007) goes only to a worker that holds nothing, alone; a
+-- worker holding one claims nothing more. A solo job among the locked rows stops a busy
+-- worker's claim, so the worker drains and takes it next.
+-- after_*: the claim key (priority, run_at, id) to start past, the last row of the
+-- worker's previous full claim (NULL: from the head). Every claimed row leaves a dead
+-- entry at the head of jobs_claim_idx that nothing removes during a drain (autovacuum ran
+-- 0 times in each drain measured), and a claim from the head steps over all of them:
+-- 500-800 pages per claim after 40,000-100,000 jobs. The worker goes back to the head when
+-- a claim comes back short, on a notification and once per poll interval
+-- (pgfleet.worker.claim_cursor).
+-- held / held_solo: what the worker holds (it knows the jobs running in its process, which
+-- is what containment is about); NULL counts its running rows instead, a scan of every
+-- running row that a worker claiming thousands of times a second should not pay.
+-- Args travel as text, and only within args_limit: the worker decodes each job's args in
+-- its executor thread, so a hostile row (nested 2,000 deep, 60 MB) fails that job alone
+-- and is never loaded into the worker's memory. meta is NULL when empty (the common case);
+-- it carries the trace context of pgfleet.otel for middleware.
+SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
+       c.wait_seconds AS wait_seconds, c.solo, c.priority, c.run_at, c.meta
+  FROM pgfleet.claim_jobs(%(queue)s, %(limit)s, %(worker)s, %(lease)s, %(args_limit)s,
+                          %(held)s, %(held_solo)s, %(after_priority)s, %(after_run_at)s,
+                          %(after_id)s) AS c
 
 -- name: claim_limited :many
 -- The claim of a queue with flow control (docs/flow-control.md): the same rows as claim,
@@ -160,84 +107,21 @@ UPDATE pgfleet.jobs j
 RETURNING j.id
 
 -- name: complete_and_claim :many
--- complete_succeeded and claim in one autocommit statement: one round trip and one commit
--- per batch instead of BEGIN, two statements and COMMIT. Both parts see the same snapshot
--- and touch different rows (running ones, queued ones). The completion is fenced exactly
--- like complete_succeeded and the claim is claim's, held / held_solo given by the worker
--- (the jobs it keeps running after this batch). Rows: one with the ids completed (`done`;
--- one row, not a row per id: parsing and building those was ~1.5 us a job), then one per
--- job claimed (`done` NULL).
-WITH RECURSIVE done AS (
-    UPDATE pgfleet.jobs j
-       SET state = 'succeeded', finished_at = now(), lease_holder = NULL,
-           lease_expires_at = NULL, result = (SELECT %(results)s::jsonb) -> j.id::text
-     WHERE j.id = ANY(%(ids)s::bigint[])
-       AND j.attempt = ((SELECT %(attempts)s::jsonb) ->> j.id::text)::int
-       AND j.state = 'running' AND j.lease_holder = %(worker)s
-    RETURNING j.id
-), start (priority, run_at, id) AS (
-    -- Where the walk starts: just past the cursor's key (ids are integers, so >= id + 1
-    -- is > id), or the first queued row of the queue, due or not (an index-only probe).
-    SELECT %(after_priority)s::int, %(after_run_at)s::timestamptz, %(after_id)s::bigint + 1
-     WHERE %(after_id)s::bigint IS NOT NULL
-    UNION ALL
-    (SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-      WHERE f.queue = %(queue)s AND f.state = 'queued' AND %(after_id)s::bigint IS NULL
-      ORDER BY f.priority, f.run_at, f.id LIMIT 1)
-), prio (priority, run_at, id) AS (
-    -- The priorities holding queued rows from there on, one index probe each, each with
-    -- its first queued key: pulled one at a time, only while c below still wants rows.
-    -- c starts each priority at that key, not at the priority's head, so the dead entries
-    -- of claimed rows at a head (after_*, see claim) are stepped over once, by the probe.
-    SELECT s.priority, s.run_at, s.id FROM start s
-    UNION ALL
-    SELECT n.priority, n.run_at, n.id
-      FROM prio p CROSS JOIN LATERAL (
-           SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-            WHERE f.queue = %(queue)s AND f.state = 'queued' AND f.priority > p.priority
-            ORDER BY f.priority, f.run_at, f.id LIMIT 1) n
-), c AS MATERIALIZED (
-    -- Per priority, its due rows from its first key on: the range ends at now(), so the
-    -- future rows behind it are never read. Rows are locked only as the outer LIMIT pulls
-    -- them (Limit over LockRows), in claim order (priority, run_at, id).
-    SELECT d.id, d.solo
-      FROM prio p CROSS JOIN LATERAL (
-           SELECT j.id, j.solo FROM pgfleet.jobs j
-            WHERE j.queue = %(queue)s AND j.state = 'queued' AND j.priority = p.priority
-              AND (j.run_at, j.id) >= (p.run_at, p.id) AND j.run_at <= now()
-            ORDER BY j.run_at, j.id
-            LIMIT %(limit)s
-              FOR UPDATE SKIP LOCKED) d
-     WHERE NOT EXISTS (SELECT 1 FROM pgfleet.queues q WHERE q.name = %(queue)s AND q.paused)
-       AND NOT %(held_solo)s::bool
-     LIMIT %(limit)s
-), claimed AS (
-    UPDATE pgfleet.jobs j
-       SET state = 'running', attempt = j.attempt + 1, lease_holder = %(worker)s,
-           lease_expires_at = now() + make_interval(secs => %(lease)s), started_at = now()
-      FROM c
-     WHERE j.id = c.id
-       AND (NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
-            OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1) AND %(held)s::bigint = 0))
-    RETURNING j.id, j.task,
-              CASE WHEN octet_length(j.args::text) <= %(args_limit)s
-                   THEN j.args::text END AS args,
-              j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
-              CASE WHEN isfinite(j.run_at) THEN extract(epoch FROM now() - j.run_at)::float8
-                   ELSE 0 END AS wait_seconds, j.solo, j.priority,
-          -- The claim cursor's key; a legacy run_at before 1970 ('-infinity', BC) is not a
-          -- Python datetime, and any early time keys the cursor alike.
-          greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
-              nullif(j.meta, '{}'::jsonb)::text AS meta
-)
-SELECT ARRAY(SELECT id FROM done) AS done, NULL::bigint AS id, NULL::text AS task,
-       NULL::text AS args, NULL::int AS attempt, NULL::int AS max_attempts,
-       NULL::int AS args_size, NULL::float8 AS wait_seconds, NULL::bool AS solo,
-       NULL::int AS priority, NULL::timestamptz AS run_at, NULL::text AS meta
-UNION ALL
-SELECT NULL, id, task, args, attempt, max_attempts, args_size, wait_seconds, solo, priority,
-       run_at, meta
-  FROM claimed
+-- complete_succeeded and claim in one autocommit statement (pgfleet.complete_and_claim_jobs,
+-- migration 0018): one round trip and one commit per batch instead of BEGIN, two
+-- statements and COMMIT. Both parts see the same snapshot and touch different rows
+-- (running ones, queued ones). The completion is fenced exactly like complete_succeeded
+-- and the claim is claim's, held / held_solo given by the worker (the jobs it keeps
+-- running after this batch). Rows: one with the ids completed (`done`; one row, not a row
+-- per id: parsing and building those was ~1.5 us a job), then one per job claimed (`done`
+-- NULL).
+SELECT c.done, c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
+       c.wait_seconds, c.solo, c.priority, c.run_at, c.meta
+  FROM pgfleet.complete_and_claim_jobs(%(ids)s::bigint[], %(attempts)s::jsonb,
+                                       %(results)s::jsonb, %(queue)s, %(limit)s, %(worker)s,
+                                       %(lease)s, %(args_limit)s, %(held)s, %(held_solo)s,
+                                       %(after_priority)s, %(after_run_at)s,
+                                       %(after_id)s) AS c
 
 -- name: complete_failed :many
 -- A failure retries after the given delay, or ends dead when attempts are spent or the
