@@ -62,3 +62,38 @@ def test_concurrent_migrations_do_not_collide(empty_dsn: str) -> None:
     with psycopg.connect(empty_dsn) as conn:
         count = conn.execute("SELECT count(*) FROM pgfleet.migrations").fetchone()
     assert count == (len(migrations.available()),)
+
+
+def test_a_worker_role_of_an_older_install_may_claim_after_the_upgrade(empty_dsn: str) -> None:
+    """Migration 0018 moved the claims into functions: a role that ran workers before it
+    (it may update pgfleet.jobs) is granted them by the upgrade, so its workers keep
+    claiming without `pgfleet grants` being applied again."""
+    from pgfleet import store
+    from tests.support.pg import admin, dsn_for
+
+    migrations.migrate(empty_dsn, target=17)
+    role = f"old_worker_{threading.get_ident() % 100000}"
+    with admin() as server:
+        server.execute(f"DROP ROLE IF EXISTS {role}")
+        server.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        with psycopg.connect(empty_dsn, autocommit=True) as owner:
+            owner.execute(f"GRANT USAGE ON SCHEMA pgfleet TO {role}")
+            owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.jobs,"
+                          f" pgfleet.queues TO {role}")
+            owner.execute("INSERT INTO pgfleet.jobs (queue, task) VALUES ('default', 'a'),"
+                          " ('default', 'b')")
+        migrations.migrate(empty_dsn)
+        dbname = psycopg.conninfo.conninfo_to_dict(empty_dsn)["dbname"]
+        with psycopg.connect(dsn_for(str(dbname), user=role), autocommit=True) as worker:
+            [first] = store.claim(worker, queue="default", limit=1, worker="w", lease=60,
+                                  held=0, held_solo=False)
+            done, [second] = store.complete_and_claim(
+                worker, queue="default", done=[(first.id, first.attempt)], limit=5,
+                worker="w", lease=60, held=0, held_solo=False)
+            assert done == {first.id} and {first.task, second.task} == {"a", "b"}
+    finally:
+        with psycopg.connect(empty_dsn, autocommit=True) as owner:
+            owner.execute(f"DROP OWNED BY {role}")
+        with admin() as server:
+            server.execute(f"DROP ROLE {role}")
