@@ -17,6 +17,8 @@
 --   disabled path would count 1e10 in the cost, which must never turn JIT on.
 -- * Same rules as the statements of queries.sql they replace (claim, complete_and_claim):
 --   the priority walk of 0016, the solo rules of 0007, the fenced completion of 0015.
+--   complete_and_claim_jobs completes, then runs claim_jobs: still one round trip and one
+--   commit per batch, and the claim's statement exists once.
 
 SET LOCAL search_path = pg_catalog, pg_temp;
 
@@ -136,11 +138,11 @@ SET enable_sort = off
 SET jit = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    completed bigint[];
 BEGIN
-    -- One row with the ids completed (done; the rest NULL), then one per job claimed.
-    -- Both parts see the same snapshot and touch different rows (running, queued).
-    RETURN QUERY
-    WITH RECURSIVE finished AS (
+    -- The fenced completion (0015): only rows this worker still holds at that attempt.
+    WITH finished AS (
         UPDATE pgfleet.jobs j
            SET state = 'succeeded', finished_at = now(), lease_holder = NULL,
                lease_expires_at = NULL,
@@ -149,68 +151,22 @@ BEGIN
            AND j.attempt = (complete_and_claim_jobs.attempts ->> j.id::text)::int
            AND j.state = 'running' AND j.lease_holder = complete_and_claim_jobs.worker
         RETURNING j.id
-    ), start (priority, run_at, id) AS (
-        SELECT complete_and_claim_jobs.after_priority, complete_and_claim_jobs.after_run_at,
-               complete_and_claim_jobs.after_id + 1
-         WHERE complete_and_claim_jobs.after_id IS NOT NULL
-        UNION ALL
-        (SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-          WHERE f.queue = complete_and_claim_jobs.queue AND f.state = 'queued'
-            AND complete_and_claim_jobs.after_id IS NULL
-          ORDER BY f.priority, f.run_at, f.id LIMIT 1)
-    ), prio (priority, run_at, id) AS (
-        SELECT s.priority, s.run_at, s.id FROM start s
-        UNION ALL
-        SELECT n.priority, n.run_at, n.id
-          FROM prio p CROSS JOIN LATERAL (
-               SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-                WHERE f.queue = complete_and_claim_jobs.queue AND f.state = 'queued'
-                  AND f.priority > p.priority
-                ORDER BY f.priority, f.run_at, f.id LIMIT 1) n
-    ), c AS MATERIALIZED (
-        SELECT d.id, d.solo
-          FROM prio p CROSS JOIN LATERAL (
-               SELECT j.id, j.solo FROM pgfleet.jobs j
-                WHERE j.queue = complete_and_claim_jobs.queue AND j.state = 'queued'
-                  AND j.priority = p.priority
-                  AND (j.run_at, j.id) >= (p.run_at, p.id) AND j.run_at <= now()
-                ORDER BY j.run_at, j.id
-                LIMIT complete_and_claim_jobs.max_jobs
-                  FOR UPDATE SKIP LOCKED) d
-         WHERE NOT EXISTS (SELECT 1 FROM pgfleet.queues q
-                            WHERE q.name = complete_and_claim_jobs.queue AND q.paused)
-           AND NOT complete_and_claim_jobs.held_solo
-         LIMIT complete_and_claim_jobs.max_jobs
-    ), picked AS MATERIALIZED (
-        SELECT c.id FROM c
-         WHERE NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
-            OR (c.id = (SELECT s.id FROM c s WHERE s.solo LIMIT 1)
-                AND complete_and_claim_jobs.held = 0)
-    ), claimed AS (
-        UPDATE pgfleet.jobs j
-           SET state = 'running', attempt = j.attempt + 1,
-               lease_holder = complete_and_claim_jobs.worker,
-               lease_expires_at = now() + make_interval(secs => complete_and_claim_jobs.lease),
-               started_at = now()
-         WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
-        RETURNING j.id, j.task,
-                  CASE WHEN octet_length(j.args::text) <= complete_and_claim_jobs.args_limit
-                       THEN j.args::text END AS args,
-                  j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
-                  CASE WHEN isfinite(j.run_at)
-                       THEN extract(epoch FROM now() - j.run_at)::float8
-                       ELSE 0 END AS wait_seconds,
-                  j.solo, j.priority,
-                  greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
-                  nullif(j.meta, '{}'::jsonb)::text AS meta
     )
-    SELECT ARRAY(SELECT f.id FROM finished f), NULL::bigint, NULL::text, NULL::text,
-           NULL::int, NULL::int, NULL::int, NULL::float8, NULL::bool, NULL::int,
-           NULL::timestamptz, NULL::text
-    UNION ALL
-    SELECT NULL, k.id, k.task, k.args, k.attempt, k.max_attempts, k.args_size,
-           k.wait_seconds, k.solo, k.priority, k.run_at, k.meta
-      FROM claimed k;
+    SELECT ARRAY(SELECT f.id FROM finished f) INTO completed;
+    -- One row with the ids completed (the rest NULL), then one per job claimed, by the
+    -- claim of this worker (its held / held_solo: what it keeps running after the batch).
+    done := completed;
+    RETURN NEXT;
+    RETURN QUERY
+    SELECT NULL::bigint[], c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
+           c.wait_seconds, c.solo, c.priority, c.run_at, c.meta
+      FROM pgfleet.claim_jobs(complete_and_claim_jobs.queue, complete_and_claim_jobs.max_jobs,
+                              complete_and_claim_jobs.worker, complete_and_claim_jobs.lease,
+                              complete_and_claim_jobs.args_limit, complete_and_claim_jobs.held,
+                              complete_and_claim_jobs.held_solo,
+                              complete_and_claim_jobs.after_priority,
+                              complete_and_claim_jobs.after_run_at,
+                              complete_and_claim_jobs.after_id) AS c;
 END;
 $$;
 
