@@ -116,3 +116,18 @@ def test_jobs_show_prints_a_bounded_glimpse_of_a_huge_error_history(dsn: str) ->
     assert "4980 earlier entries not shown; --json shows all" in text
     assert "boom 5000 " in text and "boom 4980 " not in text
     assert "[5000000 characters; --json shows all]" in text
+
+
+def test_invisible_and_look_alike_characters_are_escaped_in_cli_output(dsn: str) -> None:
+    # The names trigger refuses C0 and C1 controls only: these pass it and the SQL enqueue.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for task in ("send\u200bmail", "sendmail", "invoice\u202etxt.exe"):
+            conn.execute("SELECT pgfleet.enqueue(%s, queue => %s)", (task, "q\u00a0x"))
+    listed = cli_out(dsn, "jobs", "list")
+    status = cli_out(dsn, "status")
+    for text in (listed, status):
+        assert not any(c in text for c in "\u200b\u202e\u00a0"), text
+    # Two names that look alike raw differ on the terminal.
+    assert "send\\u200bmail" in listed and "sendmail" in listed
+    assert "invoice\\u202etxt.exe" in listed
+    assert "q\\xa0x" in status

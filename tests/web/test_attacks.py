@@ -125,3 +125,36 @@ def test_slow_clients_do_not_keep_others_out(web: Callable[..., WebServer], dsn:
     finally:
         for sock in slow:
             sock.close()
+
+
+def test_x_forwarded_host_counts_only_behind_a_proxy(web: Callable[..., WebServer],
+                                                      dsn: str) -> None:
+    # Outside trial: an Origin equal to X-Forwarded-Host was taken, and without a proxy in
+    # front any client sends that header. Browsers too old for Sec-Fetch-Site send Origin.
+    job_id = dead_job(dsn)
+    forged = {"Origin": "http://evil.example", "X-Forwarded-Host": "evil.example"}
+    answers = {}
+    for mode in ((), ("--behind-proxy",)):
+        server = web(*mode)
+        own = urlsplit(server.url).netloc
+        with httpx.Client(base_url=server.url) as client:
+            form = {"job_id": str(job_id), "csrf": csrf_of(client)}  # the confirmation page
+            answers[mode] = {
+                "forged": client.post("/actions/retry-job", data=form,
+                                      headers=forged).status_code,
+                "own host": client.post("/actions/retry-job", data=form,
+                                        headers={"Origin": f"http://{own}"}).status_code,
+                "other, no forwarded host": client.post(
+                    "/actions/retry-job", data=form,
+                    headers={"Origin": "http://evil.example"}).status_code,
+                "forwarded host, no token": client.post(
+                    "/actions/retry-job", data={"job_id": str(job_id)},
+                    headers=forged).status_code,
+            }
+    assert answers[()] == {"forged": 403, "own host": 200, "other, no forwarded host": 403,
+                           "forwarded host, no token": 403}
+    # Behind a proxy the proxy sets X-Forwarded-Host to the name the browser used.
+    assert answers[("--behind-proxy",)] == {
+        "forged": 200, "own host": 200, "other, no forwarded host": 403,
+        "forwarded host, no token": 403}
+    assert job_state(dsn, job_id) == "dead"  # confirmation pages only: nothing was done

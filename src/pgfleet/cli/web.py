@@ -27,14 +27,17 @@ def _fail(message: str, code: int) -> None:
               help=f"File holding the access token (else ${TOKEN_ENV}).")
 @click.option("--basic-auth-file", type=click.Path(dir_okay=False, path_type=Path),
               help=f"File holding user:password for basic auth (else ${BASIC_ENV}).")
+@click.option("--behind-proxy", is_flag=True,
+              help="A reverse proxy is in front: trust its X-Forwarded-Host in the origin "
+                   "check of forms (and X-Forwarded-For/-Proto from FORWARDED_ALLOW_IPS).")
 @global_options
 def web(listen: str, read_only: bool, token_file: Path | None,
-        basic_auth_file: Path | None) -> None:
+        basic_auth_file: Path | None, behind_proxy: bool) -> None:
     """Serve the web UI: queues, jobs, schedules and hosts, with retry, cancel and pause."""
     dsn = None
     try:
         settings = build_settings(listen, chosen_dsn(), read_only, token_file,
-                                  basic_auth_file)
+                                  basic_auth_file, behind_proxy=behind_proxy)
         dsn = settings.dsn
         from pgfleet.web.server import serve
     except WebSettingsError as exc:

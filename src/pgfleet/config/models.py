@@ -287,6 +287,11 @@ class WebConfig(BaseModel):
         default=None,
         description="File holding user:password for basic auth (else PGFLEET_WEB_BASIC_AUTH).",
     )
+    behind_proxy: bool = Field(
+        default=False,
+        description="A reverse proxy is in front: its X-Forwarded-Host counts in the origin "
+                    "check of forms (only Host otherwise).",
+    )
 
     @field_validator("listen")
     @classmethod

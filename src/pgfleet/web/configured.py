@@ -20,4 +20,5 @@ def from_config(config: Config, dsn: str) -> WebSettings:
     return build_settings(
         web.listen, dsn, web.read_only,
         folder / web.token_file if web.token_file else None,
-        folder / web.basic_auth_file if web.basic_auth_file else None, labels)
+        folder / web.basic_auth_file if web.basic_auth_file else None, labels,
+        behind_proxy=web.behind_proxy)

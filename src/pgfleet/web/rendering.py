@@ -8,10 +8,12 @@ from functools import cache
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from pgfleet.cli.status import age
+from pgfleet.cli.terminal_text import escape_controls, has_hidden
 from pgfleet.far_times import FarTime
 
 FRAGMENT_HEADER = "x-pgfleet-fragment"
@@ -32,6 +34,9 @@ def environment() -> Environment:
     env.filters["ts"] = timestamp
     env.filters["pretty"] = pretty
     env.filters["clip"] = clip
+    env.filters["visible"] = visible
+    env.filters["plain"] = plain
+    env.tests["hiding"] = has_hidden
     return env
 
 
@@ -52,6 +57,24 @@ def clip(text: str) -> str:
     if len(text) > PRETTY_LIMIT:
         return f"{text[:PRETTY_LIMIT]}\n… ({len(text) - PRETTY_LIMIT} more characters)"
     return text
+
+
+def visible(value: Any) -> Markup:
+    """`value` as HTML text in which every character a reader could not see for what it is
+    (a control, a bidi override, a zero-width or look-alike space) shows as its escape in a
+    `<span class="ctl">`: a row cannot pass for another, and a literal `\\x1b` typed into a
+    name stays plain text beside the styled one. Only what is shown changes: links, form
+    fields and filters carry the real value."""
+    return Markup(escape_controls(str(escape(value)), _marked))
+
+
+def _marked(escaped: str) -> str:
+    return f'<span class="ctl" title="hidden character">{escaped}</span>'
+
+
+def plain(value: Any) -> str:
+    """The same escapes without markup, for where no element may go (the page title)."""
+    return escape_controls(str(value))
 
 
 def render(request: Request, body: str, status: int = 200, **context: Any) -> HTMLResponse:

@@ -68,11 +68,13 @@ def host_is_loopback(host_header: str) -> bool:
     return is_loopback(host)
 
 
-def same_origin(headers: Headers) -> bool:
+def same_origin(headers: Headers, behind_proxy: bool = False) -> bool:
     """Did this POST come from the UI's own pages? A browser says so in Sec-Fetch-Site
     (which survives a reverse proxy); one too old for that sends an Origin, which must be
-    the Host (or the X-Forwarded-Host a proxy set). "null", from a sandboxed frame or a
-    data: URL, is never ours. A request with neither header is not from a browser."""
+    the Host. X-Forwarded-Host counts too only when the operator said a proxy is in front
+    (`--behind-proxy`): without one, any client can send that header, and taking it would
+    let a page name its own origin there. "null", from a sandboxed frame or a data: URL, is
+    never ours. A request with neither header is not from a browser."""
     site = headers.get("sec-fetch-site")
     if site is not None:
         return site in ("same-origin", "none")
@@ -80,7 +82,10 @@ def same_origin(headers: Headers) -> bool:
     if origin is None:
         return True
     _, sep, rest = origin.partition("://")
-    hosts = {headers.get("host", "").lower(), headers.get("x-forwarded-host", "").lower()}
+    hosts = {headers.get("host", "").lower()}
+    if behind_proxy:
+        # A proxy that appends to the header (host1, host2) names the client's host first.
+        hosts.add(headers.get("x-forwarded-host", "").split(",")[0].strip().lower())
     return bool(sep) and rest.rstrip("/").lower() in hosts - {""}
 
 
@@ -117,7 +122,8 @@ class Guard(BaseHTTPMiddleware):
         if not authorized(self.settings, request.headers.get("authorization")):
             return PlainTextResponse("authentication required\n", 401,
                                      headers={"WWW-Authenticate": 'Basic realm="pgfleet"'})
-        if request.method == "POST" and not same_origin(request.headers):
+        if request.method == "POST" and not same_origin(request.headers,
+                                                          self.settings.behind_proxy):
             # Beside the CSRF token: another site's form (a sibling port or subdomain is
             # the same *site*, so SameSite lets the cookie through) is refused outright.
             return PlainTextResponse("a form from another origin is refused\n", 403)

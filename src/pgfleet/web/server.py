@@ -58,9 +58,12 @@ class _Server(uvicorn.Server):
 
 
 def server_config(settings: WebSettings, **options: Any) -> uvicorn.Config:
-    """uvicorn's settings for the UI: no Server header, no access log."""
+    """uvicorn's settings for the UI: no Server header, no access log, and proxy headers
+    read only when the operator said a proxy is in front (uvicorn's default reads
+    X-Forwarded-For/-Proto from any loopback peer, which every local user is)."""
     return uvicorn.Config(create_app(settings), log_level="warning", server_header=False,
-                          access_log=False, lifespan="on", **options)
+                          access_log=False, lifespan="on",
+                          proxy_headers=settings.behind_proxy, **options)
 
 
 def url_of(sock: socket.socket) -> str:

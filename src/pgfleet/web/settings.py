@@ -43,6 +43,9 @@ class WebSettings:
     token: str | None = None
     basic_user: str | None = None
     basic_password: str | None = None
+    # A reverse proxy is in front: trust its X-Forwarded-Host in the Origin check, and let
+    # uvicorn take X-Forwarded-For/-Proto from the addresses in FORWARDED_ALLOW_IPS.
+    behind_proxy: bool = False
     refresh_seconds: float = 2.0
     page_size: int = 50
     # Signs the CSRF tokens; a new one per process unless given (forms of an earlier
@@ -77,7 +80,8 @@ def _secret_env(name: str) -> str | None:
 
 
 def build_settings(listen: str, dsn: str, read_only: bool, token_file: Path | None,
-                   basic_auth_file: Path | None, labels: Labels = Labels()) -> WebSettings:
+                   basic_auth_file: Path | None, labels: Labels = Labels(),
+                   behind_proxy: bool = False) -> WebSettings:
     """Settings from the options (or the config) and the environment; secrets never come
     from argv, where `ps` would show them."""
     host, port = parse_listen(listen)
@@ -86,7 +90,8 @@ def build_settings(listen: str, dsn: str, read_only: bool, token_file: Path | No
     user, password = parse_basic(basic, labels.basic_auth_file if basic_auth_file
                                  else BASIC_ENV) if basic else (None, None)
     return WebSettings(dsn=dsn, host=host, port=port, read_only=read_only, token=token,
-                       basic_user=user, basic_password=password, labels=labels)
+                       basic_user=user, basic_password=password, labels=labels,
+                       behind_proxy=behind_proxy)
 
 
 def _secret_file(path: Path | None, option: str) -> str | None:
