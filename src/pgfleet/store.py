@@ -218,15 +218,31 @@ def enqueue_params(
 Inserted = enqueue_plan.Inserted
 
 
-def send_enqueue_many(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+def send_enqueue_many(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> bool:
     """Send the INSERT of `rows` (client._row's tuples) on `cur`; in a pipeline this
-    returns at once. Read what it inserted with enqueue_many_result (bulk_enqueue.py)."""
+    returns at once. True when no row has a unique key: the result is then one array of
+    ids, read with enqueue_many_ids_result; else rows, read with enqueue_many_result
+    (bulk_enqueue.py)."""
     bulk_arrays.register(cur.adapters)
-    _send_many(cur, "enqueue_many", enqueue_many_params(rows), KeyedJob)
+    params = enqueue_many_params(rows)
+    if params["unique_keys"] is None:
+        cur.execute(_query("enqueue_many_ids", Cardinality.SCALAR).sql, params, binary=True)
+        return True
+    _send_many(cur, "enqueue_many", params, KeyedJob)
+    return False
 
 
 def enqueue_many_result(cur: psycopg.Cursor[Any]) -> list[Inserted]:
     return _tuples(cur, KeyedJob)
+
+
+def enqueue_many_ids_result(cur: psycopg.Cursor[Any], count: int) -> list[int]:
+    """The ids of a chunk of `count` rows sent as enqueue_many_ids, in input order."""
+    row = cur.fetchone()
+    ids: list[int] = row[0] if row is not None and row[0] is not None else []
+    if len(ids) != count:
+        raise CardinalityError(f"enqueue_many_ids returned {len(ids)} ids for {count} rows")
+    return ids
 
 
 def jobs_holding_keys(conn: Conn, params: Params) -> list[KeyHolder]:
