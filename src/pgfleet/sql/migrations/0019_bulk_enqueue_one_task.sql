@@ -20,6 +20,12 @@
 --   string has more characters than N only if it has more bytes (octet_length reads the
 --   header, length counts characters). ~0.2 us less per row; the control-character regex
 --   (~0.4 us) has no cheaper exact SQL equivalent and stays.
+-- * jobs_args_limits walks the args with jsonpath only when they can be nested 65 levels
+--   deep: a value at level 65 sits in 65 containers, each a 4-byte header plus, below
+--   the root, a 4-byte entry in its parent, and has an entry of its own, so the smallest
+--   such jsonb (65 arrays around a null) takes 524 bytes with its varlena header. Args
+--   under 512 bytes that are not compressed (pg_column_size of a compressed or toasted
+--   value is its stored size) skip the walk: ~0.15 us less per row, the same rows refused.
 -- * notify_jobs sorted the batch's due rows to find their distinct queues; min = max of
 --   the queues says there is one (the usual batch) without a sort, and several take the
 --   DISTINCT as before. The same notifications, in the same order.
@@ -145,7 +151,15 @@ BEGIN
 END;
 $$;
 
--- Same name, so it fires in the same order among the BEFORE triggers (by name).
+-- Same names, so they fire in the same order among the BEFORE triggers (by name).
+DROP TRIGGER jobs_args_limits ON pgfleet.jobs;
+CREATE TRIGGER jobs_args_limits BEFORE INSERT OR UPDATE OF args ON pgfleet.jobs
+    FOR EACH ROW
+    WHEN (octet_length(NEW.args::text) > 1048576
+          OR ((pg_column_size(NEW.args) >= 512 OR pg_column_compression(NEW.args) IS NOT NULL)
+              AND jsonb_path_exists(NEW.args, 'strict $.**{65}'::jsonpath)))
+    EXECUTE FUNCTION pgfleet.jobs_args_refused();
+
 DROP TRIGGER jobs_names_limits ON pgfleet.jobs;
 CREATE TRIGGER jobs_names_limits
     BEFORE INSERT OR UPDATE OF task, queue, unique_key, concurrency_key ON pgfleet.jobs
