@@ -16,11 +16,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from pgfleet import enqueue_plan, store
+from pgfleet.errors import PgfleetError
 
 Conn = psycopg.Connection[Any]
 Rows = Sequence[tuple[Any, ...]]
 # What a chunk's INSERT returned: its ids when no row had a unique key (one array,
-# store.enqueue_many_ids_result), else None and enqueue_jobs' rows for enqueue_plan.
+# _ids), else None and enqueue_jobs' rows for enqueue_plan.
 Done = tuple[list[int] | None, list[enqueue_plan.Inserted]]
 _SAVEPOINT = b"pgfleet_enqueue_many"
 
@@ -67,9 +68,18 @@ def _insert(conn: Conn, chunks: Iterable[Rows], sent: list[Rows]) -> list[Done]:
     results: list[Done] = []
     for cur, keyless, count in cursors:
         with cur:
-            results.append((store.enqueue_many_ids_result(cur, count), []) if keyless
+            results.append((_ids(cur, count), []) if keyless
                            else (None, store.enqueue_many_result(cur)))
     return results
+
+
+def _ids(cur: psycopg.Cursor[Any], count: int) -> list[int]:
+    """The ids of a chunk of `count` rows sent as enqueue_many_ids, in input order."""
+    row = cur.fetchone()
+    ids: list[int] = row[0] if row is not None and row[0] is not None else []
+    if len(ids) != count:
+        raise PgfleetError(f"enqueue_many_ids returned {len(ids)} ids for {count} rows")
+    return ids
 
 
 def _finish(conn: Conn, chunks: Sequence[Rows], inserted: Sequence[Done]) -> list[int]:
