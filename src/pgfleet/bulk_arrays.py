@@ -113,6 +113,27 @@ def float8_array(values: Sequence[float]) -> Float8Array:
     return Float8Array(_header(len(values), False, FLOAT8) + _body(elements))
 
 
+def _nulls_to_none(values: Sequence[Any]) -> list[Any] | None:
+    return None if values.count(None) == len(values) else list(values)
+
+
+def enqueue_many_params(rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
+    """The parameters of the enqueue_many query for rows (client._row's tuples), as
+    binary arrays; a column NULL in every row is sent as a NULL array."""
+    (tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys, metas,
+     concurrency_keys) = zip(*rows, strict=True)
+    return {
+        "tasks": text_array(tasks), "args": text_array(args),
+        "queues": text_array(queues),
+        "priorities": int4_array(priorities),
+        "run_ats": _nulls_to_none(run_ats), "delays": float8_array(delays),
+        "max_attempts": int4_array(max_attempts),
+        "unique_keys": text_array(unique_keys),
+        "metas": text_array(metas),
+        "concurrency_keys": text_array(concurrency_keys),
+    }
+
+
 def register(adapters: Any) -> None:
     """Let a connection's or cursor's AdaptersMap send BinaryArray parameters."""
     adapters.register_dumper(TextArray, _TextArrayDumper)

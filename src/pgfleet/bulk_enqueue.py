@@ -16,9 +16,13 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from pgfleet import enqueue_plan, store
+from pgfleet.errors import PgfleetError
 
 Conn = psycopg.Connection[Any]
 Rows = Sequence[tuple[Any, ...]]
+# What a chunk's INSERT returned: its ids when no row had a unique key (one array,
+# _ids), else None and enqueue_jobs' rows for enqueue_plan.
+Done = tuple[list[int] | None, list[enqueue_plan.Inserted]]
 _SAVEPOINT = b"pgfleet_enqueue_many"
 
 
@@ -52,29 +56,36 @@ def enqueue_chunks(conn: Conn, chunks: Iterable[Rows], atomic: bool) -> list[int
     return ids
 
 
-def _insert(conn: Conn, chunks: Iterable[Rows], sent: list[Rows]
-            ) -> list[list[enqueue_plan.Inserted]]:
+def _insert(conn: Conn, chunks: Iterable[Rows], sent: list[Rows]) -> list[Done]:
     """Send each chunk's INSERT without waiting for the previous one's result; the chunks
     sent are appended to `sent`."""
     cursors = []
     with conn.pipeline():
         for rows in chunks:
             cur = conn.cursor()
-            store.send_enqueue_many(cur, rows)
-            cursors.append(cur)
+            cursors.append((cur, store.send_enqueue_many(cur, rows), len(rows)))
             sent.append(rows)
-    results = []
-    for cur in cursors:
+    results: list[Done] = []
+    for cur, keyless, count in cursors:
         with cur:
-            results.append(store.enqueue_many_result(cur))
+            results.append((_ids(cur, count), []) if keyless
+                           else (None, store.enqueue_many_result(cur)))
     return results
 
 
-def _finish(conn: Conn, chunks: Sequence[Rows],
-            inserted: Sequence[list[enqueue_plan.Inserted]]) -> list[int]:
+def _ids(cur: psycopg.Cursor[Any], count: int) -> list[int]:
+    """The ids of a chunk of `count` rows sent as enqueue_many_ids, in input order."""
+    row = cur.fetchone()
+    ids: list[int] = row[0] if row is not None and row[0] is not None else []
+    if len(ids) != count:
+        raise PgfleetError(f"enqueue_many_ids returned {len(ids)} ids for {count} rows")
+    return ids
+
+
+def _finish(conn: Conn, chunks: Sequence[Rows], inserted: Sequence[Done]) -> list[int]:
     ids: list[int] = []
-    for rows, done in zip(chunks, inserted, strict=True):
-        ids.extend(_rest_of_plan(conn, rows, done))
+    for rows, (chunk_ids, done) in zip(chunks, inserted, strict=True):
+        ids.extend(_rest_of_plan(conn, rows, done) if chunk_ids is None else chunk_ids)
     return ids
 
 
@@ -86,8 +97,8 @@ def _rest_of_plan(conn: Conn, rows: Rows, inserted: list[enqueue_plan.Inserted])
         step = plan.send(inserted)
         while True:
             kind, value = step
-            if kind == "insert":
-                step = plan.send(_insert(conn, [value], [])[0])
+            if kind == "insert":  # rows with unique keys again: never an id array
+                step = plan.send(_insert(conn, [value], [])[0][1])
             else:
                 step = plan.send(store.jobs_holding_keys(conn, value))
     except StopIteration as done:

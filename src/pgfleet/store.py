@@ -127,6 +127,12 @@ def _send_many(cur: psycopg.Cursor[Any], name: str, params: Params, row: type[An
     cur.execute(_query(name, Cardinality.MANY).sql, params)
 
 
+def _send_scalar(cur: psycopg.Cursor[Any], name: str, params: Params) -> None:
+    """Run a :scalar query whose value is read later, in binary (an array of thousands of
+    ids loads faster so): in a pipeline the call returns without waiting for it."""
+    cur.execute(_query(name, Cardinality.SCALAR).sql, params, binary=True)
+
+
 def _tuples(cur: psycopg.Cursor[Any], row: type[Any]) -> list[Any]:
     """The rows of _send_many as plain tuples in the order of `row`'s fields, which the
     columns must have: tens of thousands of dataclasses would cost more than the query."""
@@ -216,13 +222,20 @@ def enqueue_params(
 
 
 Inserted = enqueue_plan.Inserted
+enqueue_many_params = bulk_arrays.enqueue_many_params
 
 
-def send_enqueue_many(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+def send_enqueue_many(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> bool:
     """Send the INSERT of `rows` (client._row's tuples) on `cur`; in a pipeline this
-    returns at once. Read what it inserted with enqueue_many_result (bulk_enqueue.py)."""
+    returns at once. True when no row has a unique key: the result is then one array of
+    ids, else rows read with enqueue_many_result (bulk_enqueue.py reads both)."""
     bulk_arrays.register(cur.adapters)
-    _send_many(cur, "enqueue_many", enqueue_many_params(rows), KeyedJob)
+    params = enqueue_many_params(rows)
+    if params["unique_keys"] is None:
+        _send_scalar(cur, "enqueue_many_ids", params)
+        return True
+    _send_many(cur, "enqueue_many", params, KeyedJob)
+    return False
 
 
 def enqueue_many_result(cur: psycopg.Cursor[Any]) -> list[Inserted]:
@@ -232,27 +245,6 @@ def enqueue_many_result(cur: psycopg.Cursor[Any]) -> list[Inserted]:
 def jobs_holding_keys(conn: Conn, params: Params) -> list[KeyHolder]:
     """The unfinished jobs holding (task, unique key) pairs: what enqueue_many skipped."""
     return _many(conn, "existing_by_unique_key", params, KeyHolder)
-
-
-def _nulls_to_none(values: Sequence[Any]) -> list[Any] | None:
-    return None if values.count(None) == len(values) else list(values)
-
-
-def enqueue_many_params(rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
-    """The parameters of the enqueue_many query for rows (client._row's tuples), as
-    binary arrays (bulk_arrays); a column NULL in every row is sent as a NULL array."""
-    (tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys, metas,
-     concurrency_keys) = zip(*rows, strict=True)
-    return {
-        "tasks": bulk_arrays.text_array(tasks), "args": bulk_arrays.text_array(args),
-        "queues": bulk_arrays.text_array(queues),
-        "priorities": bulk_arrays.int4_array(priorities),
-        "run_ats": _nulls_to_none(run_ats), "delays": bulk_arrays.float8_array(delays),
-        "max_attempts": bulk_arrays.int4_array(max_attempts),
-        "unique_keys": bulk_arrays.text_array(unique_keys),
-        "metas": bulk_arrays.text_array(metas),
-        "concurrency_keys": bulk_arrays.text_array(concurrency_keys),
-    }
 
 
 # ---- the enqueues on an asyncio connection (pgfleet.enqueue_async): the same queries,

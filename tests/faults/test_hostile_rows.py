@@ -140,8 +140,11 @@ def test_huge_row_is_never_loaded(db: Db, cfleet: Callable[..., Fleet]) -> None:
 @pytest.mark.parametrize(("args_json", "problem"), [
     (DEEP, "args are nested deeper than 64 levels"),
     ('{"a":' * 65 + "1" + "}" * 65, "args are nested deeper than 64 levels"),
+    # About the smallest object nested 65 deep (528 bytes; migration 0019 walks args
+    # from 512 bytes up).
+    ('{"":' + "[" * 64 + "null" + "]" * 64 + "}", "args are nested deeper than 64 levels"),
     (json.dumps({"blob": "x" * (1024 * 1024)}), "over the limit of 1048576 bytes"),
-], ids=["2000-deep", "65-deep", "over-1MiB"])
+], ids=["2000-deep", "65-deep", "65-deep-arrays", "over-1MiB"])
 def test_sql_refuses_args_over_the_limits(db: Db, args_json: str, problem: str) -> None:
     """pgfleet.enqueue and a direct INSERT refuse what the worker would refuse."""
     with psycopg.connect(db.dsn, autocommit=True) as conn:
@@ -153,3 +156,18 @@ def test_sql_refuses_args_over_the_limits(db: Db, args_json: str, problem: str) 
         ok = '{"a":' * 64 + "1" + "}" * 64  # exactly 64 levels pass
         assert conn.execute("SELECT pgfleet.enqueue('noop', %s::jsonb)", (ok,)).fetchone()
         assert conn.execute("SELECT count(*) FROM pgfleet.jobs").fetchone() == (1,)
+
+
+def test_sql_refuses_deep_args_stored_compressed(db: Db) -> None:
+    """Args read from a table that stores them compressed reach the trigger as stored:
+    migration 0019 walks those whatever their stored size, and refuses them."""
+    deep = "[" * 300 + "null" + "]" * 300
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE packed (args jsonb)")
+        conn.execute("INSERT INTO packed VALUES (%s::jsonb)", (deep,))
+        stored = conn.execute("SELECT pg_column_compression(args) FROM packed").fetchone()
+        assert stored is not None and stored[0] is not None
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="deeper than 64"):
+            conn.execute("INSERT INTO pgfleet.jobs (task, queue, args)"
+                         " SELECT 'noop', 'default', args FROM packed")
+        assert conn.execute("SELECT count(*) FROM pgfleet.jobs").fetchone() == (0,)

@@ -48,6 +48,19 @@ def test_committed_transaction_notifies_once_per_queue(dsn: str) -> None:
     assert sorted(drain_notifications(listener)) == ["a", "b"]
 
 
+def test_one_statement_notifies_each_due_queue_once(dsn: str) -> None:
+    """notify_jobs (migration 0019): one queue without a sort, several through DISTINCT,
+    jobs not yet due wake nobody."""
+    listener = listen(dsn)
+    pgfleet.enqueue_many(dsn, [{"task": "noop", "queue": q} for q in "cabbac"]
+                         + [{"task": "noop", "queue": "later", "delay": 60}])
+    assert sorted(drain_notifications(listener)) == ["a", "b", "c"]
+    pgfleet.enqueue_many(dsn, [{"task": "noop", "queue": "one"}] * 3)
+    assert drain_notifications(listener) == ["one"]
+    pgfleet.enqueue_many(dsn, [{"task": "noop", "queue": "later", "delay": 60}] * 3)
+    assert drain_notifications(listener) == []
+
+
 def test_the_database_notifies_on_the_channel_workers_listen_on(dsn: str) -> None:
     """pgfleet.notify_queue (migration 0004) holds the SQL side's channel name, used by the
     insert trigger and the wake-up queries; the listener holds Python's."""

@@ -192,3 +192,60 @@ def test_a_legacy_row_with_an_infinite_run_at_is_claimed_and_run(dsn: str) -> No
     finally:
         worker.terminate()
         worker.wait(30)
+
+
+def test_batches_of_one_task_and_one_queue_take_the_same_defaults(dsn: str) -> None:
+    """Migration 0019 resolves the defaults once for a batch whose rows share a task and a
+    queue (or give none): the same precedence as a mixed batch, row by row."""
+    publish(dsn)
+    cases: list[tuple[dict[str, Any], tuple[str, int]]] = [
+        ({"task": "charge"}, ("payments", 5)),
+        ({"task": "report"}, ("reports", 2)),
+        ({"task": "other"}, ("default", 3)),
+        ({"task": "charge", "queue": "reports"}, ("reports", 5)),
+        ({"task": "other", "queue": "reports"}, ("reports", 2)),
+        ({"task": "other", "queue": "nowhere"}, ("nowhere", 20)),
+    ]
+    for fields, expected in cases:
+        ids = pgfleet.enqueue_many(dsn, [fields] * 3)
+        assert [job(dsn, i)[:2] for i in ids] == [expected] * 3, fields
+    # Attempts given by some rows only: theirs where given, the defaults elsewhere.
+    ids = pgfleet.enqueue_many(dsn, [{"task": "charge"}, {"task": "charge", "max_attempts": 9}])
+    assert [job(dsn, i)[:2] for i in ids] == [("payments", 5), ("payments", 9)]
+    # Queues given by some rows only: not one queue, each row resolved on its own.
+    ids = pgfleet.enqueue_many(dsn, [{"task": "report"}, {"task": "report", "queue": "payments"}])
+    assert [job(dsn, i)[:2] for i in ids] == [("reports", 2), ("payments", 7)]
+    ids = pgfleet.enqueue_many(dsn, [{"task": "charge", "priority": p} for p in range(5)])
+    assert ids == sorted(ids)
+
+
+@pytest.mark.parametrize(("task", "queue", "refused"), [
+    ("", "q", "task must not be empty"),
+    ("   ", "q", "task must not be empty"),
+    (" t", "q", None),
+    ("t", "\u3000", None),                  # an ideographic space is not a space to btrim
+    ("t", " ", "queue must not be empty"),
+    ("é" * 255, "q", None),                 # 510 bytes, 255 characters
+    ("é" * 256, "q", "task is over 255 characters"),
+    ("t", "é" * 128, None),
+    ("t", "é" * 129, "queue is over 128 characters"),
+])
+def test_the_names_trigger_counts_characters_and_spaces(dsn: str, task: str, queue: str,
+                                                         refused: str | None) -> None:
+    """Migration 0019 guards each test of jobs_names_limits with a cheaper one (bytes
+    before characters, the first character before btrim): the same rows are refused."""
+    insert = "INSERT INTO pgfleet.jobs (task, queue) VALUES (%s, %s)"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if refused is None:
+            conn.execute(insert, (task, queue))
+            assert one(dsn, "SELECT count(*) FROM pgfleet.jobs")[0] == 1
+            return
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=refused):
+            conn.execute(insert, (task, queue))
+        for key in ("unique_key", "concurrency_key"):
+            if len(task) == 256:
+                with pytest.raises(psycopg.errors.InvalidParameterValue,
+                                   match=f"{key} is over 255 characters"):
+                    conn.execute(f"INSERT INTO pgfleet.jobs (task, queue, {key})"
+                                 " VALUES ('t', 'q', %s)", (task,))
+    assert one(dsn, "SELECT count(*) FROM pgfleet.jobs")[0] == 0

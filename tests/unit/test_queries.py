@@ -20,6 +20,7 @@ from pgfleet.queries import Cardinality, CardinalityError, Query, QueryFileError
 SRC = Path(store.__file__).resolve().parent
 RUNNERS = {"_one": Cardinality.ONE, "_maybe": Cardinality.MAYBE, "_many": Cardinality.MANY,
            "_send_many": Cardinality.MANY, "_scalar": Cardinality.SCALAR,
+           "_send_scalar": Cardinality.SCALAR,
            "_exec": Cardinality.EXEC}
 
 
