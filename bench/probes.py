@@ -5,7 +5,7 @@
     python -m bench.probes loop      # claim + complete protocol: autocommit vs one transaction
     python -m bench.probes idle-arrival [--idle 15]  # arrival after the workers idled
     python -m bench.probes complete-plans    # complete_succeeded's generic plan, 2 variants
-    python -m bench.probes flow [--jobs 10000]  # drain rate under each flow-control limit
+    python -m bench.probes flow [--jobs 10000] [--variant plain ...]  # drain rate per limit
     python -m bench.probes flow-backlog      # limited claim behind a blocked key's backlog
     python -m bench.probes future-jobs [--baseline-src /path/to/old/src] [--future 1000000]
                                        [--jobs 50000] [--json FILE]  # see bench/future_jobs.py
@@ -314,12 +314,13 @@ def _flow_drain(db: Database, jobs: int, queue: dict[str, Any]) -> float:
     return float(jobs / (t_end - t0).total_seconds())
 
 
-def flow(db: Database, runs: int, jobs: int) -> None:
-    """The drain rate under each limit of docs/flow-control.md, rounds alternating the
-    order of the variants so each sees the same machine noise."""
-    out: dict[str, list[float]] = {f"{name} (jobs/s)": [] for name in FLOW_VARIANTS}
+def flow(db: Database, runs: int, jobs: int, only: list[str] | None = None) -> None:
+    """The drain rate under each limit of docs/flow-control.md (or the variants named in
+    `only`), rounds alternating the order of the variants so each sees the same noise."""
+    variants = [name for name in FLOW_VARIANTS if not only or name in only]
+    out: dict[str, list[float]] = {f"{name} (jobs/s)": [] for name in variants}
     for index in range(runs):
-        names = list(FLOW_VARIANTS) if index % 2 == 0 else list(reversed(FLOW_VARIANTS))
+        names = variants if index % 2 == 0 else variants[::-1]
         for name in names:
             rate = _flow_drain(db, jobs, FLOW_VARIANTS[name])
             out[f"{name} (jobs/s)"].append(rate)
@@ -377,10 +378,16 @@ def main() -> None:
     parser.add_argument("--future", type=int, default=1_000_000,
                         help="for future-jobs: jobs scheduled an hour ahead")
     parser.add_argument("--json", help="for future-jobs: write the figures there too")
+    parser.add_argument("--variant", action="append",
+                        help="for flow, repeatable: measure only these of: "
+                        + "; ".join(FLOW_VARIANTS))
     parser.add_argument("--idle", type=float, default=15.0, help="for idle-arrival (seconds)")
     args = parser.parse_args()
     if args.probe == "ab-drain" and not args.baseline_src:
         parser.error("ab-drain needs --baseline-src")
+    unknown = set(args.variant or ()) - set(FLOW_VARIANTS)
+    if unknown:
+        parser.error(f"unknown flow variants: {', '.join(sorted(unknown))}")
     db = Database()
     db.name = f"pgfleet_probe_{os.getpid()}"
     db.dsn = common.with_db(common.SERVER, db.name)
@@ -397,7 +404,7 @@ def main() -> None:
         elif args.probe == "flow-backlog":
             flow_backlog(db, args.runs)
         elif args.probe == "flow":
-            flow(db, args.runs, args.jobs or 10_000)
+            flow(db, args.runs, args.jobs or 10_000, args.variant)
         elif args.probe == "future-jobs":
             future_jobs.run(db, args.runs, args.baseline_src, args.future,
                             args.jobs or 50_000, args.json)

@@ -44,6 +44,9 @@ QUEUES: dict[str, Any] = {
     "slow": {"processes": 1, "timeout": "1s", "kill_grace": "1s"},  # timed out, replaced
     "held": {"processes": 1},  # paused: a backlog and an oldest waiting age
     "broken": {"tasks": ["tests.support.broken_tasks"]},  # cannot start: a failed queue
+    # flow control: every limit published, jobs of one key held back by its key's limit
+    "limited": {"processes": 1, "threads": 2, "global_concurrency": 2, "rate_limit": "100/s",
+                "key_concurrency": 1},
 }
 SCHEDULES = {"tick": {"cron": "* * * * * *", "task": "noop", "queue": "default"}}
 
@@ -66,6 +69,9 @@ LIVE_VALUES = [
     'sum by (schedule) (pgfleet_schedule_runs_total{schedule="tick"}) > 0',
     'max by (queue) (pgfleet_queue_jobs{queue="held", state="queued"}) > 0',
     'max by (queue) (pgfleet_queue_oldest_job_age_seconds{queue="held"}) > 0',
+    'max by (queue) (pgfleet_flow_limit{queue="limited", limit="global_concurrency"}) > 0',
+    'max_over_time(max by (queue) (pgfleet_flow_in_use{queue="limited",'
+    ' limit="key_concurrency"})[1m:1s]) > 0',
 ]
 
 
@@ -137,6 +143,8 @@ class Traffic:
                     pgfleet.enqueue(self.dsn, "fail", queue="default", max_attempts=2)
                     pgfleet.enqueue(self.dsn, "fail_once", queue="default")
                     pgfleet.enqueue(self.dsn, "noop", queue="held")
+                    pgfleet.enqueue(self.dsn, "sleep", {"seconds": 0.5}, queue="limited",
+                                    concurrency_key="k")
                 if tick % 16 == 0:
                     pgfleet.enqueue(self.dsn, "crash", queue="crashy", max_attempts=2)
                     pgfleet.enqueue(self.dsn, "sleep", {"seconds": 30}, queue="slow",
@@ -171,7 +179,7 @@ def running(
         f = fleet(QUEUES, schedules=SCHEDULES,
                   metrics={"enabled": True, "listen": target},
                   supervisor={"crash_limit": {"count": 1000, "window": "1m"}})
-        for queue in ("default", "crashy", "slow", "held"):
+        for queue in ("default", "crashy", "slow", "held", "limited"):
             f.wait_workers(1, queue, timeout=60)
         wait_for(lambda: reachable(f"http://{target}/metrics"), timeout=30)
         wait_for(prometheus.targets_up, timeout=30)

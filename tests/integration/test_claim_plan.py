@@ -9,7 +9,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from pgfleet import store
-from pgfleet.flow import FlowLimits
+from pgfleet.flow import FlowLimits, Rate
 from tests.support import pg
 
 
@@ -292,6 +292,94 @@ def test_a_limited_claim_does_not_read_the_jobs_scheduled_for_later(dsn: str) ->
                                   limits=FlowLimits())
         assert [j.id for j in got] == expected
 
+
+def test_a_limited_claim_planned_on_an_empty_table_still_probes_the_indexes_under_a_backlog(
+        dsn: str) -> None:
+    """Migration 0020: the limited claim keeps one plan per statement per session, made at
+    its first call, pinned like the plain claim's (0018). Planned on an empty table with
+    every limit set (so every statement runs), then run over 300,000 due jobs, 300,000
+    finished ones and a few hundred running: every statement probes indexes, and none
+    reads the table (a plain generic plan's lease joined the claimed rows by reading every
+    row of jobs)."""
+    limits = FlowLimits(global_concurrency=10_000, rate=Rate(1_000_000, 1.0),
+                        key_concurrency=2)
+    with psycopg.connect(admin_dsn(dsn), autocommit=True) as conn:
+        # Plans made on the empty table: the first call plans each statement it reaches.
+        with conn.transaction():
+            assert store.claim_limited(conn, queue="default", limit=100, worker="w",
+                                       lease=60, limits=limits) == []
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task) VALUES ('default', 'noop')")
+        with conn.transaction():  # and the statements that run only once there are jobs
+            assert len(store.claim_limited(conn, queue="default", limit=100, worker="w",
+                                           lease=60, limits=limits)) == 1
+        conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, args, run_at, concurrency_key)"
+            " SELECT 'default', 'noop', '{}', now() - interval '1 hour' + g * interval '1 ms',"
+            "        CASE WHEN g % 3 = 0 THEN 'k' || (g % 500) END"
+            " FROM generate_series(1, 300000) g")
+        conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, state, finished_at, attempt)"
+            " SELECT 'default', 'noop', 'succeeded', now(), 1 FROM generate_series(1, 300000)")
+        conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, state, attempt, lease_holder,"
+            "                          lease_expires_at, started_at, concurrency_key)"
+            " SELECT 'default', 'noop', 'running', 1, 'other', now() + interval '1 hour',"
+            "        now(), 'r' || (g % 50) FROM generate_series(1, 300) g")
+        plans = nested_plans(conn)
+        with conn.transaction(force_rollback=True):
+            got = store.claim_limited(conn, queue="default", limit=100, worker="w",
+                                      lease=60, limits=limits)
+        conn.execute("SET auto_explain.log_min_duration = -1")
+    assert len(got) == 100
+    statements = [p for p in plans if "claim_limited(" not in p["Query Text"]]
+    assert any("SKIP LOCKED" in p["Query Text"] for p in statements)
+    assert len(statements) >= 7, [p["Query Text"][:40] for p in statements]
+    for statement in statements:
+        every = nodes(statement["Plan"])
+        kinds = {n["Node Type"] for n in every}
+        assert not kinds & {"Seq Scan", "Bitmap Heap Scan", "Hash Join", "Merge Join"}, (
+            statement["Query Text"], kinds)
+        # Leasing 100 rows writes their new versions into each index (under 2,000 pages);
+        # reading the 600,000 rows of the table would take over 19,000.
+        top = statement["Plan"]
+        pages = top["Shared Hit Blocks"] + top.get("Shared Read Blocks", 0)
+        assert pages < 3000, (statement["Query Text"], pages)
+        # No statement reads more rows than the running ones and the claimed batch with
+        # the keyed jobs ahead of each (an index probe each).
+        assert all(n["Actual Rows"] * n["Actual Loops"] < 5000 for n in every
+                   if n["Node Type"] in ("Index Scan", "Index Only Scan")), (
+            statement["Query Text"])
+
+
+
+
+def test_a_limited_claim_reads_the_claimed_jobs_by_key_not_the_whole_table(dsn: str) -> None:
+    """The limited claim's query adds columns of the claimed rows to the function's. Joined
+    with the function's rows (estimated at 1,000), jobs was read whole by a hash join for
+    every claim (10-20 ms in a drain of 10,000 jobs, under the queue's lock); its claimed
+    rows are looked up by primary key instead, whatever the statistics say."""
+    with psycopg.connect(admin_dsn(dsn), autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE pgfleet.jobs")  # statistics of an empty table, as in
+        conn.execute(                                # a drain of a fresh backlog
+            "INSERT INTO pgfleet.jobs (queue, task) SELECT 'default', 'noop'"
+            " FROM generate_series(1, 100000)")
+        conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, state, finished_at, attempt)"
+            " SELECT 'default', 'noop', 'succeeded', now(), 1 FROM generate_series(1, 100000)")
+        params = {"queue": "default", "worker": "w", "limit": 16, "lease": 60.0,
+                  "args_limit": 1024 * 1024, **FlowLimits(global_concurrency=1000).params()}
+        with conn.transaction(force_rollback=True):
+            row = conn.execute(b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                               + store.q("claim_limited"), params).fetchone()
+    assert row is not None
+    plan = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]["Plan"]
+    assert plan["Actual Rows"] == 16
+    scans = [n for n in nodes(plan) if n.get("Relation Name") == "jobs"]
+    assert scans and all(n["Node Type"] != "Seq Scan" for n in scans), scans
+    assert all(n["Actual Rows"] <= 16 for n in scans)
+    # The function's own statements (about 250 pages here) and 16 primary-key probes; the
+    # whole table is over 1,400 pages.
+    assert plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0) < 1000
 
 
 

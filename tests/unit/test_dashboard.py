@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pgfleet import metrics
 from tests.support import metric_names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,9 @@ DATABASE_GAUGES = {
     "pgfleet_schedule_next_run_timestamp_seconds",
     "pgfleet_queue_paused",
     "pgfleet_process_heartbeat_age_seconds",
+    "pgfleet_flow_limit",
+    "pgfleet_flow_in_use",
+    "pgfleet_flow_held_jobs",
 }
 
 # Metrics without a queue label; all others must honour the $queue variable.
@@ -225,6 +229,13 @@ def test_required_panels_present(dashboard: dict[str, Any]) -> None:
         "min by (instance) (pgfleet_database_up)",
         "min(pgfleet_database_up)",
         'sum by (queue) (rate(pgfleet_jobs_lease_lost_total{queue=~"$queue"}',
+        # flow control: each limit beside its use, and what each holds back
+        'max by (queue) (pgfleet_flow_in_use{queue=~"$queue", limit="global_concurrency"})',
+        'max by (queue) (pgfleet_flow_limit{queue=~"$queue", limit="global_concurrency"})',
+        'max by (queue) (pgfleet_flow_in_use{queue=~"$queue", limit="rate_limit"})',
+        'max by (queue) (pgfleet_flow_limit{queue=~"$queue", limit="rate_limit"})',
+        'max by (queue) (pgfleet_flow_in_use{queue=~"$queue", limit="key_concurrency"})',
+        'max by (queue, limit) (pgfleet_flow_held_jobs{queue=~"$queue"})',
     ):
         assert needle in exprs, needle
     for quantile in ("0.5", "0.95", "0.99"):
@@ -385,3 +396,43 @@ def test_a_host_that_is_not_scraped_shows_0_supervisors(
         'pgfleet_supervisor_up{instance="a:9464",job="pgfleet"}': "1",
         'up{instance="b:9464",job="pgfleet"}': "0",
     }, [(target["expr"], [('{instance="a:9464"}', 1), ('{instance="b:9464"}', 0)])])
+
+
+def test_every_database_gauge_is_on_the_dashboard_and_never_summed(
+    dashboard: dict[str, Any]
+) -> None:
+    """A gauge the exporter reads from the database (pgfleet.metrics.DATABASE_GAUGES, the
+    flow-control ones among them) is shown, and counted as one per database, not per host."""
+    exprs = "\n".join(all_exprs(dashboard))
+    for gauge in metrics.DATABASE_GAUGES:
+        assert gauge.name in exprs, gauge.name
+        if gauge.name != "pgfleet_database_up":  # each host's own check
+            assert gauge.name in DATABASE_GAUGES, gauge.name
+
+
+def test_flow_panels_show_one_value_per_queue_whatever_the_hosts(
+    dashboard: dict[str, Any], tmp_path: Path
+) -> None:
+    """Two hosts export the same flow gauges: each panel shows them once per queue and
+    limit (max over hosts, not their sum), and only the limit it is about."""
+    series = {}
+    for host in ("a:9464", "b:9464"):
+        for limit, value, used, held in (("global_concurrency", 4, 4, 118),
+                                         ("rate_limit", 100, 37, 0),
+                                         ("key_concurrency", 1, 3, 9)):
+            labels = f'instance="{host}",job="pgfleet",queue="api",limit="{limit}"'
+            series[f"pgfleet_flow_limit{{{labels}}}"] = str(value)
+            series[f"pgfleet_flow_in_use{{{labels}}}"] = str(used)
+            series[f"pgfleet_flow_held_jobs{{{labels}}}"] = str(held)
+    cases: list[tuple[str, list[tuple[str, float]]]] = []
+    for title, used, limit in (("Running vs global concurrency", 4, 4),
+                               ("Starts in the rate window vs rate limit", 37, 100),
+                               ("Keys at their limit", 3, 1)):
+        in_use, of_limit = panel_by_title(dashboard, title)["targets"]
+        cases += [(in_use["expr"], [('{queue="api"}', used)]),
+                  (of_limit["expr"], [('{queue="api"}', limit)])]
+    [held] = panel_by_title(dashboard, "Jobs held back by each limit")["targets"]
+    cases.append((held["expr"], [('{queue="api",limit="global_concurrency"}', 118),
+                                 ('{queue="api",limit="rate_limit"}', 0),
+                                 ('{queue="api",limit="key_concurrency"}', 9)]))
+    promtool_eval(tmp_path, series, cases)
