@@ -130,3 +130,35 @@ def test_a_task_that_exits_with_the_lease_lost_code_is_a_crash(
     assert "exited: exit code 67" in log, log[-3000:]
     assert "crashed (1 within" in log, log[-3000:]
     books.check(dsn, [job_id])
+
+
+def test_another_host_that_lost_the_database_too_leaves_them_to_their_supervisor(
+        db: Db, cfleet: Callable[..., Fleet]) -> None:
+    """Host b watched a's leases before the outage. No holder could renew during it, so
+    after it b must watch a whole lease again instead of taking a's jobs as those of a
+    vanished host (charged, `lease expired`): a's own supervisor gives them back refunded."""
+    dsn = db.dsn
+    a = cfleet({"default": {"processes": 1, "threads": 4, "kill_grace": "1s"}}, name="a",
+               supervisor=SHORT_LEASE)
+    b = cfleet({"other": {"processes": 1, "kill_grace": "1s"}}, name="b",
+               supervisor=SHORT_LEASE)
+    a.wait_workers(1)
+    b.wait_workers(1)
+    ids = enqueue(dsn, [{"task": "sleep", "args": {"seconds": 10}, "max_attempts": 1}] * 3)
+    wait_for(lambda: started(dsn, ids) == 3)
+    settle(1.0)  # b's maintenance has seen the leases
+    db.cluster.stop("fast")
+    try:
+        wait_for(lambda: "exited: could not renew its leases" in a.log(), timeout=30)
+        settle(4.0)
+    finally:
+        db.cluster.start()
+    wait_settled(dsn, log=a.log)
+
+    for job_id, found in rows(dsn, ids).items():
+        assert (found["state"], found["attempt"], found["refunds"], found["crashes"]) == \
+            ("succeeded", 2, 1, 0), (job_id, found)
+        assert [e["error"] for e in found["errors"]] == [GAVE_UP], (job_id, found)
+    assert "not renewed for a whole lease" not in b.log(), b.log()[-3000:]
+    assert finishes(dsn, ids) == {job_id: [2] for job_id in ids}
+    books.check(dsn, ids)
