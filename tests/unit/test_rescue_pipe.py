@@ -13,13 +13,12 @@ def test_requests_carry_the_running_jobs_or_say_they_are_unknown() -> None:
     pipe = RescuePipe()
     try:
         reader = RescueReader(pipe.read_fd)
-        assert pipe.request("host:1:a", "worker died: SIGKILL", [7, 9])
-        assert pipe.request("host:2:b", "worker died: SIGSEGV", [])
-        assert pipe.request("host:3:c", "worker died: SIGKILL", None)
+        assert pipe.request("host:1:a", "SIGKILL", [7, 9])
+        assert pipe.request("host:2:b", "SIGSEGV", [])
+        assert pipe.request("host:3:c", "SIGKILL", None)
         # Too many ids for one whole write: sent as unknown rather than torn.
-        assert pipe.request("host:4:d", "worker died: SIGKILL", list(range(10**9, 10**9 + 500)))
-        assert pipe.request("host:5:e", "given back: the worker could not renew its leases",
-                            [3], gave_up=True)
+        assert pipe.request("host:4:d", "SIGKILL", list(range(10**9, 10**9 + 500)))
+        assert pipe.request("host:5:e", "could not renew its leases", [3], gave_up=True)
         assert reader.read() == [
             RescueRequest("host:1:a", "worker died: SIGKILL", [7, 9], False),
             RescueRequest("host:2:b", "worker died: SIGSEGV", [], False),

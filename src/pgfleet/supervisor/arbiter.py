@@ -38,9 +38,8 @@ from pgfleet.supervisor.children import (
 from pgfleet.supervisor.draining import Draining
 from pgfleet.supervisor.exit_codes import (
     EXIT_CRASHED,
-    EXIT_LEASE_LOST,
     EXIT_OK,
-    exit_reason,
+    child_exit_reason,
     signal_name,
 )
 from pgfleet.supervisor.process_groups import become_subreaper
@@ -67,6 +66,8 @@ class Child:
     retiring: bool = False
     killed_for: str | None = None
     stale_seen: int = 0
+    # It exited on purpose, unable to renew its leases: its jobs are no crash's.
+    gave_up: bool = False
 
 
 class Supervisor:
@@ -91,8 +92,7 @@ class Supervisor:
         self.board = BeaconBoard(BOARD_SLOTS)
         self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
         self.rescue = RescuePipe()
-        self.draining = Draining[tuple[Child, str, list[int], bool]](
-            lambda d: self._request_rescue(*d))
+        self.draining = Draining[tuple[Child, str, list[int]]](lambda d: self._request_rescue(*d))
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
@@ -258,32 +258,23 @@ class Supervisor:
             self._on_exit(child, status)
 
     def _on_exit(self, child: Child, status: int) -> None:
-        reason, restart_reason = exit_reason(status, child.killed_for)
+        mark = self.board.gave_up_leases(child.board_index)  # a worker's chosen exit
+        reason, restart_reason, child.gave_up = child_exit_reason(status, child.killed_for, mark)
         slot = child.slot
         was_ready = self.board.was_ready(child.board_index)
-        # The worker's own decision (a database out of reach for most of a lease) only
-        # with its mark on the board: a task may call os._exit(67) too, and that is a crash.
-        gave_up = (os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_LEASE_LOST
-                   and self.board.gave_up_leases(child.board_index))
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_LEASE_LOST and not gave_up:
-            reason, restart_reason = f"exit code {EXIT_LEASE_LOST}", "crashed"
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
         if slot.kind == "worker":
             # What its jobs started may still run: the jobs wait for the group to empty.
             # Which jobs its threads were running is read now, before the slot is reused.
             running = self.board.running_jobs(child.board_index)
-            self.draining.add(child.pid, (child, reason, running, gave_up))
+            self.draining.add(child.pid, (child, reason, running))
         if not child.retiring and not self.stopping:
             self.restarts.record_exit(self.config, slot, restart_reason, was_ready)
 
-    def _request_rescue(self, child: Child, reason: str, running: list[int],
-                        gave_up: bool) -> None:
-        """Tell the maintenance process to give back what the dead worker held. The
-        write never blocks the arbiter: if the pipe were ever full, the lease expiry
-        rescues the jobs instead."""
-        error = (f"given back: the worker {reason}" if gave_up
-                 else f"worker died: {reason}")
-        if not self.rescue.request(child.worker_id, error, running, gave_up=gave_up):
+    def _request_rescue(self, child: Child, reason: str, running: list[int]) -> None:
+        """Tell the maintenance process to give back what the dead worker held, never
+        blocking: if the pipe were ever full, the lease expiry rescues the jobs instead."""
+        if not self.rescue.request(child.worker_id, reason, running, gave_up=child.gave_up):
             log.warning("rescue pipe full; jobs of %s wait for their lease", child.worker_id)
 
     # ---- liveness --------------------------------------------------------------------

@@ -31,8 +31,12 @@ class RescuePipe:
 
     def request(self, worker_id: str, reason: str, running: list[int] | None, *,
                 gave_up: bool = False) -> bool:
-        """Arbiter side: ask for the rescue of `worker_id`; False if the pipe is full."""
-        line = f"{worker_id}\t{'gave_up' if gave_up else 'died'}\t{reason}"
+        """Arbiter side: ask for the rescue of `worker_id`, which exited for `reason` (in
+        the words of exit_codes.exit_reason); False if the pipe is full. The reason sent is
+        the jobs' error: `worker died: SIGKILL`, or `given back: the worker could not renew
+        its leases`."""
+        error = f"given back: the worker {reason}" if gave_up else f"worker died: {reason}"
+        line = f"{worker_id}\t{'gave_up' if gave_up else 'died'}\t{error}"
         if running is not None:
             ids = f"{line}\t{','.join(map(str, running))}"
             # A write up to PIPE_BUF is whole or nothing; a longer one could be torn by a
