@@ -36,3 +36,8 @@ class LeaseWatch:
                 found.append(lease)
         self.seen = seen
         return found
+
+    def forget(self) -> None:
+        """Drop every observation: after this watcher lost the database, an unchanged
+        lease says nothing about its holder, who could not renew either."""
+        self.seen = {}

@@ -22,7 +22,7 @@ from pgfleet.errors import DatabaseUnavailable
 from pgfleet.lease_watch import LeaseWatch
 from pgfleet.supervisor.beacon import Beacon
 from pgfleet.supervisor.failed_queues import UNREAD, FailedQueues
-from pgfleet.supervisor.rescue_pipe import RescueReader
+from pgfleet.supervisor.rescue_pipe import RescueReader, RescueRequest
 
 log = logging.getLogger("pgfleet.maintenance")
 
@@ -40,7 +40,7 @@ class Maintenance(DatabaseChild):
         self.supervisor_pid = supervisor_pid
         self.own_id = own_id or f"{socket.gethostname()}:{os.getpid()}:maintenance"
         self.rescue = RescueReader(rescue_fd)
-        self.to_rescue: list[tuple[str, str, list[int] | None]] = []
+        self.to_rescue: list[RescueRequest] = []
         self.next_prune = 0.0
         self.next_heartbeat = 0.0
         self.seen_job_id: int | None = None
@@ -57,6 +57,11 @@ class Maintenance(DatabaseChild):
                 self.pass_once()
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 self.drop_connection()
+                # What the watch saw before the database went away proves nothing about
+                # the holders: no worker could renew meanwhile, and each one's own
+                # supervisor gives its jobs back (refunded) once it is back. A lease must
+                # again be seen unrenewed for a whole lease after the outage.
+                self.lease_watch.forget()
                 delay = self.reconnect.failed()
                 self.reconnect.report(log, "maintenance pass failed",
                                       first_line(exc, self.dsn), delay)
@@ -126,7 +131,12 @@ class Maintenance(DatabaseChild):
             return
         conn = self.connection()
         while self.to_rescue:
-            worker, reason, running = self.to_rescue[0]
+            worker, reason, running, gave_up = self.to_rescue[0]
+            if gave_up:
+                self._rescue_gave_up(conn, worker, reason, running)
+                fleet_store.unregister_process(conn, worker)
+                self.to_rescue.pop(0)
+                continue
             held = rescue_store.held_by(conn, worker=worker)
             # Only a job whose task code was running can have killed the process; the
             # others (claimed ahead, or done and not yet committed) get their attempt
@@ -156,6 +166,21 @@ class Maintenance(DatabaseChild):
                             f"worker {worker} exited ({reason})")
             fleet_store.unregister_process(conn, worker)
             self.to_rescue.pop(0)
+
+    def _rescue_gave_up(self, conn: psycopg.Connection[Any], worker: str, reason: str,
+                        running: list[int] | None) -> None:
+        """The worker exited because it could not renew its leases: its jobs go back like
+        a stopping worker's, refunded and not crashed (rescue_gave_up)."""
+        for rescued in rescue_store.rescue_gave_up(conn, worker=worker, error=reason,
+                                                   running=running):
+            label = metrics.queue_label(rescued.queue)
+            metrics.jobs_rescued.labels(label).inc()
+            if rescued.state == "dead":
+                metrics.jobs_finished.labels(label, metrics.task_label(rescued.task),
+                                             "dead").inc()
+            _log_rescue(rescued.id, rescued.queue, rescued.state,
+                        f"worker {worker} exited: it could not renew its leases"
+                        + ("" if rescued.ran else " (it had not run this job)"))
 
     def _retry_delays(self, held: list[store.HeldJob]) -> dict[int, float]:
         """A crashed attempt is due again after the backoff a failed one would get: the

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pgfleet.rows import HeldJob, HolderRescue, Lease, RescuedJob
-from pgfleet.store import Conn, _many
+from pgfleet.store import MAX_REFUNDS, Conn, _many
 
 
 def held_by(conn: Conn, *, worker: str) -> list[HeldJob]:
@@ -23,6 +23,17 @@ def rescue_holder(conn: Conn, *, worker: str, error: str, delays: dict[int, floa
                  {"worker": worker, "error": error, "ids": list(delays),
                   "delays": list(delays.values()), "shared": shared, "running": running},
                  HolderRescue)
+
+
+def rescue_gave_up(conn: Conn, *, worker: str, error: str,
+                   running: list[int] | None) -> list[HolderRescue]:
+    """Give back the jobs of a worker that exited because it could not renew its leases:
+    a job whose task ran in it (in `running`; every job when None) is refunded like a
+    stopping worker's give-back (up to MAX_REFUNDS times), never counted as a crash; any
+    other is due at once, never charged."""
+    return _many(conn, "rescue_gave_up",
+                 {"worker": worker, "error": error, "running": running,
+                  "max_refunds": MAX_REFUNDS}, HolderRescue)
 
 
 def running_leases(conn: Conn) -> list[Lease]:

@@ -93,3 +93,16 @@ def event_wait(seconds: float = 10.0) -> None:
     audit("started")
     threading.Event().wait(seconds)
     audit("finished")
+
+
+@pgfleet.task(name="faults.exit_first")
+def exit_first(code: int, seconds: float = 0.5) -> None:
+    """On attempt 1, ends its own worker process with exit code `code` (os._exit, as a
+    task or a C library may); later attempts succeed."""
+    job = pgfleet.current_job()
+    assert job is not None
+    audit("started")
+    time.sleep(seconds)
+    if job.attempt == 1:
+        os._exit(code)
+    audit("finished")

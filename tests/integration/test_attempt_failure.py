@@ -109,3 +109,40 @@ def test_a_failure_of_an_attempt_taken_over_changes_nothing(conn: Conn) -> None:
     assert store.complete_failed(conn, worker="another", failures=[
         store.Failure(id=job_id, attempt=attempt, error="late", delay=0, final=False)]) == {}
     assert store.get_job(conn, job_id) == before
+
+
+def test_a_worker_that_gave_up_its_leases_is_refunded_three_times_then_charged(
+        conn: Conn) -> None:
+    """rescue_gave_up: no crash counted, no solo, the attempt number kept (the fence) and
+    the attempt refunded like a stopping worker's give-back, at most MAX_REFUNDS times, so
+    a job that itself takes the database down each time still ends dead."""
+    job_id = pgfleet.enqueue(conn, "noop", max_attempts=1)
+    for attempt in range(1, store.MAX_REFUNDS + 2):
+        conn.execute("UPDATE pgfleet.jobs SET run_at = now() WHERE id = %s", (job_id,))
+        [job] = store.claim(conn, queue="default", limit=1, worker=WORKER, lease=30)
+        assert (job.id, job.attempt) == (job_id, attempt)
+        [rescued] = rescue_store.rescue_gave_up(conn, worker=WORKER, error="given back: x",
+                                                running=[job_id])
+        row = conn.execute("SELECT state::text, attempt, refunds, crashes, solo, last_error,"
+                           " run_at > now() FROM pgfleet.jobs WHERE id = %s",
+                           (job_id,)).fetchone()
+        assert row is not None and rescued.ran
+        if attempt <= store.MAX_REFUNDS:
+            assert row == ("queued", attempt, attempt, 0, False,
+                           "given back: x (attempt refunded)", True)
+        else:
+            assert row == ("dead", attempt, store.MAX_REFUNDS, 0, False,
+                           f"given back: x (attempt counted: {store.MAX_REFUNDS} refunds"
+                           " used)", False)
+
+
+def test_a_job_held_but_not_running_when_its_worker_gave_up_goes_back_uncharged(
+        conn: Conn) -> None:
+    ran, held = pgfleet.enqueue_many(conn, [{"task": "noop"}, {"task": "noop"}])
+    assert len(store.claim(conn, queue="default", limit=2, worker=WORKER, lease=30)) == 2
+    rescued = rescue_store.rescue_gave_up(conn, worker=WORKER, error="given back: x",
+                                          running=[ran])
+    assert sorted((r.id, r.ran) for r in rescued) == [(ran, True), (held, False)]
+    row = conn.execute("SELECT state::text, attempt, refunds, crashes, run_at <= now(),"
+                       " last_error FROM pgfleet.jobs WHERE id = %s", (held,)).fetchone()
+    assert row == ("queued", 0, 0, 0, True, "given back: x (not running its task: not charged)")

@@ -67,12 +67,29 @@ def test_a_reaped_worker_is_rescued_through_the_pipe(dsn: str) -> None:
         conn.execute("UPDATE pgfleet.jobs SET state = 'running', attempt = 1,"
                      " lease_holder = 'host-a:77:aa', lease_expires_at = now() + interval '1h'")
     m = maintenance(dsn)
-    os.write(m.write_end, b"host-a:77:aa\tworker died: SIGKILL\n")  # type: ignore[attr-defined]
+    os.write(m.write_end, b"host-a:77:aa\tdied\tworker died: SIGKILL\n")  # type: ignore[attr-defined]
     m.read_requests(1.0)
     m.pass_once()
     assert states(dsn) == {"queued": 1}
     assert scalar(dsn, "SELECT last_error FROM pgfleet.jobs WHERE id = %s",
                   (job_id,)) == "worker died: SIGKILL"
+
+
+def test_a_worker_that_gave_up_its_leases_is_rescued_refunded_not_crashed(dsn: str) -> None:
+    job_id = pgfleet.enqueue(dsn, "noop", max_attempts=1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgfleet.jobs SET state = 'running', attempt = 1,"
+                     " lease_holder = 'host-a:77:aa', lease_expires_at = now() + interval '1h'")
+    m = maintenance(dsn)
+    os.write(m.write_end,  # type: ignore[attr-defined]
+             f"host-a:77:aa\tgave_up\tgiven back: the worker could not renew its leases"
+             f"\t{job_id}\n".encode())
+    m.read_requests(1.0)
+    m.pass_once()
+    assert scalar(dsn, "SELECT (state::text, attempt, refunds, crashes, solo, last_error)::text"
+                       " FROM pgfleet.jobs WHERE id = %s", (job_id,)) == (
+        '(queued,1,1,0,f,"given back: the worker could not renew its leases'
+        ' (attempt refunded)")')
 
 
 def test_the_enqueue_counter_comes_from_the_database(dsn: str) -> None:

@@ -44,7 +44,7 @@ def test_six_hundred_chosen_task_names_on_the_rescue_path_stay_bounded(dsn: str)
                      " lease_expires_at) SELECT 'chosen', 'chosen-' || g, 'running', 1,"
                      " 'host-a:77:aa', now() + interval '1h' FROM generate_series(1, 600) g")
     m = maintenance(dsn)
-    os.write(m.write_end, b"host-a:77:aa\tworker died: SIGKILL\n")  # type: ignore[attr-defined]
+    os.write(m.write_end, b"host-a:77:aa\tdied\tworker died: SIGKILL\n")  # type: ignore[attr-defined]
     m.read_requests(1.0)
     try:
         m.pass_once()

@@ -39,3 +39,14 @@ def test_a_job_that_left_and_came_back_is_watched_afresh() -> None:
     watch.stale([], now=110.0)  # finished, or rescued by another host
     assert watch.stale([A], now=135.0) == []
     assert watch.stale([A], now=165.0) == [A]
+
+
+def test_what_was_seen_before_the_watcher_lost_the_database_is_forgotten() -> None:
+    """No holder could renew while the database was gone: after the outage a lease must be
+    seen unchanged for a whole lease again, which leaves its holder's own supervisor the
+    time to give its jobs back (refunded) first."""
+    watch = LeaseWatch(stale_after=30.0)
+    watch.stale([A], now=100.0)
+    watch.forget()  # a maintenance pass failed: the database is out of reach
+    assert watch.stale([A], now=160.0) == []
+    assert watch.stale([A], now=190.0) == [A]

@@ -301,6 +301,41 @@ UPDATE pgfleet.jobs j
  WHERE j.id = d.id AND j.lease_holder = %(worker)s AND j.state = 'running'
 RETURNING j.id, j.queue, j.task, j.state::text AS state, d.ran
 
+-- name: rescue_gave_up :many
+-- R3a for a worker that exited on purpose because it could not renew its leases for most
+-- of a lease (a database outage, a cut network): its own decision, marked on the beacon
+-- board, so no task is known to have done wrong. Nothing counts as a crash and nothing
+-- becomes solo. A job whose task ran in it (`running`; NULL: all) is given back like a
+-- stopping worker's (give_back): the attempt number stays (the fence), the attempt is
+-- refunded up to max_refunds times, then counted (a job that itself takes the database
+-- down cannot loop), due a second from now. Any other job goes back as in rescue_holder:
+-- at once, never charged, its attempt number back by one.
+UPDATE pgfleet.jobs j
+   SET (state, run_at, finished_at, last_error, errors) = (
+           SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
+             FROM pgfleet.failed_attempt(
+                      j.attempt,
+                      CASE WHEN NOT d.ran THEN j.attempt + 1
+                           ELSE j.max_attempts + least(j.refunds + 1, %(max_refunds)s) END,
+                      j.run_at, j.errors,
+                      CASE WHEN NOT d.ran
+                           THEN %(error)s || ' (not running its task: not charged)'
+                           WHEN j.refunds < %(max_refunds)s
+                           THEN %(error)s || ' (attempt refunded)'
+                           ELSE %(error)s || ' (attempt counted: ' || %(max_refunds)s
+                                || ' refunds used)' END,
+                      retry_in => CASE WHEN d.ran THEN 1 ELSE 0 END) f),
+       attempt = j.attempt - CASE WHEN d.ran THEN 0 ELSE 1 END,
+       refunds = CASE WHEN d.ran THEN least(j.refunds + 1, %(max_refunds)s)
+                      ELSE j.refunds END,
+       lease_holder = NULL, lease_expires_at = NULL
+  FROM (SELECT x.id,
+               %(running)s::bigint[] IS NULL OR x.id = ANY(%(running)s::bigint[]) AS ran
+          FROM pgfleet.jobs x
+         WHERE x.lease_holder = %(worker)s AND x.state = 'running') d
+ WHERE j.id = d.id AND j.lease_holder = %(worker)s AND j.state = 'running'
+RETURNING j.id, j.queue, j.task, j.state::text AS state, d.ran
+
 -- name: running_leases :many
 -- What a rescuer watches: who holds each running job, at which attempt, after how many
 -- renewals. pgfleet.lease_watch calls a lease stale only when this stayed the same for a

@@ -36,7 +36,12 @@ from pgfleet.supervisor.children import (
     worker_count,
 )
 from pgfleet.supervisor.draining import Draining
-from pgfleet.supervisor.exit_codes import EXIT_CRASHED, EXIT_OK, exit_reason, signal_name
+from pgfleet.supervisor.exit_codes import (
+    EXIT_CRASHED,
+    EXIT_OK,
+    child_exit_reason,
+    signal_name,
+)
 from pgfleet.supervisor.process_groups import become_subreaper
 from pgfleet.supervisor.rescue_pipe import RescuePipe
 from pgfleet.supervisor.restarts import Restarts
@@ -61,6 +66,8 @@ class Child:
     retiring: bool = False
     killed_for: str | None = None
     stale_seen: int = 0
+    # It exited on purpose, unable to renew its leases: its jobs are no crash's.
+    gave_up: bool = False
 
 
 class Supervisor:
@@ -251,7 +258,8 @@ class Supervisor:
             self._on_exit(child, status)
 
     def _on_exit(self, child: Child, status: int) -> None:
-        reason, restart_reason = exit_reason(status, child.killed_for)
+        mark = self.board.gave_up_leases(child.board_index)  # a worker's chosen exit
+        reason, restart_reason, child.gave_up = child_exit_reason(status, child.killed_for, mark)
         slot = child.slot
         was_ready = self.board.was_ready(child.board_index)
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
@@ -264,10 +272,9 @@ class Supervisor:
             self.restarts.record_exit(self.config, slot, restart_reason, was_ready)
 
     def _request_rescue(self, child: Child, reason: str, running: list[int]) -> None:
-        """Tell the maintenance process to give back what the dead worker held. The
-        write never blocks the arbiter: if the pipe were ever full, the lease expiry
-        rescues the jobs instead."""
-        if not self.rescue.request(child.worker_id, f"worker died: {reason}", running):
+        """Tell the maintenance process to give back what the dead worker held, never
+        blocking: if the pipe were ever full, the lease expiry rescues the jobs instead."""
+        if not self.rescue.request(child.worker_id, reason, running, gave_up=child.gave_up):
             log.warning("rescue pipe full; jobs of %s wait for their lease", child.worker_id)
 
     # ---- liveness --------------------------------------------------------------------

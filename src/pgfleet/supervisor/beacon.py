@@ -4,7 +4,9 @@ The master holds no database connection, so it cannot read the processes table. 
 forking it maps one anonymous shared page; each child writes its slot (monotonic time of
 its last loop, jobs running) and the master reads every slot without a system call. The
 master writes one field back: how many workers its queue now has (TTIN/TTOU), for the
-child's process title.
+child's process title. A worker that gives up its leases (pgfleet.worker.leases) marks its
+slot before it exits, so the master can tell that deliberate exit from a task that merely
+exits with the same code.
 CLOCK_MONOTONIC is one clock for every process on the host, so the times compare.
 """
 
@@ -16,7 +18,9 @@ import time
 
 _BEAT = struct.Struct("dd")  # last beat (monotonic seconds), jobs running: the child's
 _PEERS = struct.Struct("d")  # workers of the child's queue: the master's
-_SLOT_SIZE = _BEAT.size + _PEERS.size
+_GAVE_UP = struct.Struct("d")  # 1.0 once the child gave up its leases: the child's
+_GAVE_UP_AT = _BEAT.size + _PEERS.size
+_SLOT_SIZE = _GAVE_UP_AT + _GAVE_UP.size
 # Per executor thread, the last two jobs whose task it entered (0: none), after the beat
 # slots; as many threads as a worker may have (QueueConfig.threads). Two, not one: a task
 # that signals its own process (os.kill(os.getpid(), SIGSEGV)) returns before the signal
@@ -41,6 +45,7 @@ class BeaconBoard:
     def reset_unready(self, index: int) -> None:
         """Before a fork: the start counts as the first beat; -1 jobs means 'not ready'."""
         _BEAT.pack_into(self.memory, index * _SLOT_SIZE, time.monotonic(), -1.0)
+        _GAVE_UP.pack_into(self.memory, index * _SLOT_SIZE + _GAVE_UP_AT, 0.0)
         start = self.jobs_at + index * _JOBS_SIZE
         self.memory[start:start + _JOBS_SIZE] = bytes(_JOBS_SIZE)
 
@@ -52,6 +57,11 @@ class BeaconBoard:
         """Did the child in this slot ever beat? A child that died before that failed
         to start (an import error, say), which the restart policy treats differently."""
         return self.read(index)[1] >= 0
+
+    def gave_up_leases(self, index: int) -> bool:
+        """Did the child in this slot mark that it gave up its leases (read after it died)?"""
+        (mark,) = _GAVE_UP.unpack_from(self.memory, index * _SLOT_SIZE + _GAVE_UP_AT)
+        return bool(mark == 1.0)
 
     def running_jobs(self, index: int) -> list[int]:
         """The jobs whose task code the child in this slot ran last, two per thread (read
@@ -84,6 +94,10 @@ class Beacon:
             at = self.board.jobs_at + self.index * _JOBS_SIZE + thread * _JOB.size
             last, _ = _JOB.unpack_from(self.board.memory, at)
             _JOB.pack_into(self.board.memory, at, job_id, last)
+
+    def give_up_leases(self) -> None:
+        """The worker is about to exit because it could not renew its leases."""
+        _GAVE_UP.pack_into(self.board.memory, self.index * _SLOT_SIZE + _GAVE_UP_AT, 1.0)
 
     def peers(self) -> int:
         """Workers of this child's queue, as the master last wrote it."""

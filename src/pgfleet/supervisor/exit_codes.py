@@ -47,3 +47,16 @@ def exit_reason(status: int, killed_for: str | None) -> tuple[str, str]:
         EXIT_LEASE_LOST: ("could not renew its leases", "lease_lost"),
     }
     return words.get(code, (f"exit code {code}", "crashed"))
+
+
+def child_exit_reason(status: int, killed_for: str | None,
+                      gave_up_mark: bool) -> tuple[str, str, bool]:
+    """exit_reason, and whether the child gave up its leases: exit code 67 means that only
+    with the worker's own mark on the beacon board. A task may call os._exit(67) too, and
+    that is a crash like any other exit the worker did not choose."""
+    reason, label = exit_reason(status, killed_for)
+    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_LEASE_LOST):
+        return reason, label, False
+    if gave_up_mark:
+        return reason, label, True
+    return f"exit code {EXIT_LEASE_LOST}", "crashed", False

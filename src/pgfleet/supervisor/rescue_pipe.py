@@ -1,14 +1,24 @@
 """The pipe on which the arbiter names its dead workers to the maintenance process, which
 gives their jobs back at once instead of at lease expiry. One line per worker:
-`WORKER_ID<TAB>REASON<TAB>RUNNING`, RUNNING the comma-separated ids of the jobs whose task
-code the worker's threads were in when it died (empty: none; the field absent: unknown,
-so every job it held counts as running)."""
+`WORKER_ID<TAB>HOW<TAB>REASON<TAB>RUNNING`. HOW is `died` (a crash, a kill, an exit the
+worker did not choose) or `gave_up` (the worker exited on purpose because it could not
+renew its leases: its jobs are given back refunded, not counted as crashed). RUNNING is
+the comma-separated ids of the jobs whose task code the worker's threads were in when it
+died (empty: none; the field absent: unknown, so every job it held counts as running)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import select
+from typing import NamedTuple
+
+
+class RescueRequest(NamedTuple):
+    worker: str
+    reason: str
+    running: list[int] | None  # None: not known, every held job counts as running
+    gave_up: bool = False
 
 
 class RescuePipe:
@@ -19,9 +29,14 @@ class RescuePipe:
         # The arbiter must never block on a full pipe; the lease expiry is the fallback.
         os.set_blocking(self.write_fd, False)
 
-    def request(self, worker_id: str, reason: str, running: list[int] | None) -> bool:
-        """Arbiter side: ask for the rescue of `worker_id`; False if the pipe is full."""
-        line = f"{worker_id}\t{reason}"
+    def request(self, worker_id: str, reason: str, running: list[int] | None, *,
+                gave_up: bool = False) -> bool:
+        """Arbiter side: ask for the rescue of `worker_id`, which exited for `reason` (in
+        the words of exit_codes.exit_reason); False if the pipe is full. The reason sent is
+        the jobs' error: `worker died: SIGKILL`, or `given back: the worker could not renew
+        its leases`."""
+        error = f"given back: the worker {reason}" if gave_up else f"worker died: {reason}"
+        line = f"{worker_id}\t{'gave_up' if gave_up else 'died'}\t{error}"
         if running is not None:
             ids = f"{line}\t{','.join(map(str, running))}"
             # A write up to PIPE_BUF is whole or nothing; a longer one could be torn by a
@@ -48,9 +63,8 @@ class RescueReader:
         os.set_blocking(fd, False)
         self.buffer = b""
 
-    def read(self) -> list[tuple[str, str, list[int] | None]]:
-        """Maintenance side: the complete requests available now, as (worker, reason,
-        running job ids or None for unknown)."""
+    def read(self) -> list[RescueRequest]:
+        """Maintenance side: the complete requests available now."""
         try:
             chunk = os.read(self.fd, 65536)
         except (BlockingIOError, InterruptedError):
@@ -60,8 +74,10 @@ class RescueReader:
         found = []
         for line in lines:
             worker, _, rest = line.decode("utf-8", "replace").partition("\t")
+            how, _, rest = rest.partition("\t")
             reason, tab, ids = rest.partition("\t")
             if worker:
                 running = [int(i) for i in ids.split(",") if i.isdigit()] if tab else None
-                found.append((worker, reason or "worker died", running))
+                found.append(RescueRequest(worker, reason or "worker died", running,
+                                           how == "gave_up"))
         return found

@@ -26,8 +26,12 @@ WATCHDOG_SAFETY = 0.9
 
 
 class Leases:
-    def __init__(self, *, worker_id: str, lease: float, heartbeat_interval: float) -> None:
+    def __init__(self, *, worker_id: str, lease: float, heartbeat_interval: float,
+                 on_give_up: Callable[[], None] | None = None) -> None:
         self.worker_id = worker_id
+        # Marks the supervisor's beacon slot: this exit is the worker's own decision, so
+        # the rescue gives the jobs back refunded instead of counting a crash.
+        self.on_give_up = on_give_up
         self.lease = lease
         self.heartbeat_interval = heartbeat_interval
         self.renewed = time.monotonic()
@@ -59,7 +63,10 @@ class Leases:
         """True when jobs run on leases not renewed for LEASE_SAFETY of their length."""
         return busy > 0 and now - self.renewed > self.lease * LEASE_SAFETY
 
-    def report_expiring(self, now: float, busy: int) -> None:
+    def give_up(self, now: float, busy: int) -> None:
+        """Say why the process is about to exit, and mark the exit as deliberate."""
+        if self.on_give_up is not None:
+            self.on_give_up()
         log.error("worker %s could not renew its leases for %.0fs (lease %.0fs); exiting "
                   "so that none of its %d job(s) can run twice", self.worker_id,
                   now - self.renewed, self.lease, busy)
@@ -70,16 +77,17 @@ def start_watchdog(leases: Leases, busy: Callable[[], int]) -> threading.Event:
     WATCHDOG_SAFETY of their length. It needs neither the database nor the main thread,
     which may be blocked in a database call that never returns (a network that drops
     packets): past expiry another host may start these jobs, so this process must be gone
-    by then. The jobs stay leased; the supervisor's rescue or the lease expiry returns
-    them. It fires later than the main loop's own check (LEASE_SAFETY), which stops a
-    responsive worker more gently. Set the returned event to end the watch."""
+    by then. The jobs stay leased; the supervisor's rescue (refunded, since give_up marks
+    the exit as chosen) or the lease expiry returns them. It fires later than the main
+    loop's own check (LEASE_SAFETY), which stops a responsive worker more gently. Set the
+    returned event to end the watch."""
     done = threading.Event()  # set by the worker's main thread, never by a signal handler
 
     def watch() -> None:
         while not done.wait(min(0.25, leases.lease / 20)):
             now = time.monotonic()
             if busy() > 0 and now - leases.renewed > leases.lease * WATCHDOG_SAFETY:
-                leases.report_expiring(now, busy())
+                leases.give_up(now, busy())
                 exit_now(EXIT_LEASE_LOST)
 
     threading.Thread(target=watch, name="pgfleet-lease-watchdog", daemon=True).start()

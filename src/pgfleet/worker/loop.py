@@ -117,7 +117,8 @@ class Worker(ChildProcess):
                                    backoff=settings.backoff, executor=self.executor,
                                    metric=self.metric, claims=self.claims)
         self.leases = Leases(worker_id=settings.worker_id, lease=settings.lease,
-                             heartbeat_interval=settings.heartbeat_interval)
+                             heartbeat_interval=settings.heartbeat_interval,
+                             on_give_up=self.beacon.give_up_leases if self.beacon else None)
         self.control = TaskControl(worker_id=settings.worker_id, executor=self.executor,
                                    wake=self.wakeup.poke)
         self.conn: psycopg.Connection[Any] | None = None
@@ -380,8 +381,10 @@ class Worker(ChildProcess):
     def _leases_expiring(self, now: float) -> None:
         """The database has been out of reach for most of a lease. Past expiry another
         host may start these jobs, so this process must not be running them then: it
-        exits, and the rescue (or the lease expiry) gives them back."""
-        self.leases.report_expiring(now, len(self.running))
+        exits, and the supervisor's rescue gives them back refunded, not as crashed (the
+        beacon mark set by Leases.give_up says the exit was chosen), or the lease expiry
+        does for a worker with no supervisor."""
+        self.leases.give_up(now, len(self.running))
         self.exit_code = EXIT_LEASE_LOST
         self.stop_mode = "quick"
         self.abandoned = True
