@@ -97,3 +97,32 @@ def test_a_worker_role_of_an_older_install_may_claim_after_the_upgrade(empty_dsn
             owner.execute(f"DROP OWNED BY {role}")
         with admin() as server:
             server.execute(f"DROP ROLE {role}")
+
+
+def test_counters_at_the_integer_limit_are_refused_and_old_ones_brought_back(
+        empty_dsn: str) -> None:
+    """Outside trial: attempt or crashes at 2147483647, written straight into the table,
+    made every claim reaching the row (attempt + 1) or the rescue (crashes + 1) fail, which
+    took the queue down. 0022 refuses them and brings rows written before it in bounds, so
+    such a row is claimed like any other."""
+    from pgfleet import store
+
+    migrations.migrate(empty_dsn, target=21)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task, attempt, crashes, refunds, "
+                     "max_attempts) VALUES ('q', 'old', 2147483647, 2147483647, -5, 1000)")
+    migrations.migrate(empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT attempt, crashes, refunds FROM pgfleet.jobs").fetchone() \
+            == (1000000, 1000000, 0)
+        [job] = store.claim(conn, queue="q", limit=5, worker="w", lease=60, held=0,
+                            held_solo=False)
+        assert job.attempt == 1000000  # saturated at the bound, not past it
+        for column in ("attempt", "crashes", "refunds"):
+            try:
+                conn.execute(f"INSERT INTO pgfleet.jobs (queue, task, {column})"
+                             " VALUES ('q', 'new', 2147483647)")
+            except psycopg.errors.CheckViolation as refused:
+                assert "bound" in str(refused) or "refunds_check" in str(refused)
+            else:
+                raise AssertionError(f"{column} 2147483647 was accepted")

@@ -292,7 +292,8 @@ UPDATE pgfleet.jobs j
                           WHEN %(shared)s THEN %(error)s || ' (beside other jobs: not charged)'
                           END) f),
        attempt = j.attempt - CASE WHEN NOT d.ran OR %(shared)s THEN 1 ELSE 0 END,
-       crashes = j.crashes + CASE WHEN d.ran THEN 1 ELSE 0 END,
+       -- Saturating at the bound of migration 0022, so a hostile row cannot fail the rescue.
+       crashes = least(j.crashes, 999999) + CASE WHEN d.ran THEN 1 ELSE 0 END,
        solo = j.solo OR (d.ran AND %(shared)s),
        lease_holder = NULL, lease_expires_at = NULL
   FROM (SELECT u.id, u.delay,

@@ -93,7 +93,8 @@ BEGIN
                 AND coalesce(claim_jobs.held, (SELECT m.jobs FROM mine m)) = 0)
     )
     UPDATE pgfleet.jobs j
-       SET state = 'running', attempt = j.attempt + 1, lease_holder = claim_jobs.worker,
+       SET state = 'running', attempt = least(j.attempt, 999999) + 1,  -- bound: 0022
+           lease_holder = claim_jobs.worker,
            lease_expires_at = now() + make_interval(secs => claim_jobs.lease),
            started_at = now()
      WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))

@@ -156,7 +156,8 @@ BEGIN
     ), u AS (
         -- By id = ANY(...), not by a join: see the head of this file.
         UPDATE pgfleet.jobs j
-           SET state = 'running'::pgfleet.job_state, attempt = j.attempt + 1,
+           SET state = 'running'::pgfleet.job_state,
+               attempt = least(j.attempt, 999999) + 1,  -- bound: 0022
                lease_holder = claim_limited.worker,
                lease_expires_at = now() + make_interval(secs => claim_limited.lease),
                started_at = started
