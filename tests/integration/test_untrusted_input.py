@@ -131,3 +131,42 @@ def test_invisible_and_look_alike_characters_are_escaped_in_cli_output(dsn: str)
     assert "send\\u200bmail" in listed and "sendmail" in listed
     assert "invoice\\u202etxt.exe" in listed
     assert "q\\xa0x" in status
+
+
+def test_jobs_show_prints_args_as_json_and_a_traceback_as_lines(dsn: str) -> None:
+    # Outside trial T6: args came out as Python's repr ({'to': 'a'}, True, None) and a
+    # traceback as one line with literal \n between its lines.
+    error = "Traceback (most recent call last):\n  File \"t.py\", line 1\nValueError: bad\\n"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, args, state, last_error, errors, attempt)"
+            " VALUES ('default', 'noop', %s, 'dead', %s, %s, 1) RETURNING id",
+            (Jsonb({"to": "a", "ok": True, "none": None}),
+             error + "\nstate: succeeded\x1b[2J",
+             Jsonb([{"attempt": 1, "error": error}, ["not", "ours"]]))).fetchone()
+    assert row is not None
+    lines = cli_out(dsn, "jobs", "show", str(row[0])).splitlines()
+    assert 'args: {"ok": true, "to": "a", "none": null}' in lines, lines  # jsonb's key order
+    assert "last_error: Traceback (most recent call last):" in lines, lines
+    assert '  |   File "t.py", line 1' in lines, lines
+    # A backslash the message really holds stays one; only line breaks make lines.
+    assert "  | ValueError: bad\\n" in lines, lines
+    # A line of the message cannot pass for a field of pgfleet's own, nor reach the terminal.
+    assert "state: succeeded" not in [line for line in lines if line != "state: dead"]
+    assert "  | state: succeeded\\x1b[2J" in lines, lines
+    assert "error (attempt 1): Traceback (most recent call last):" in lines, lines
+    assert 'error: ["not", "ours"]' in lines, lines
+
+
+def test_jobs_show_keeps_the_tail_of_a_very_long_traceback(dsn: str) -> None:
+    error = "\n".join(f"frame {n}" for n in range(1, 1001))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, state, last_error, attempt)"
+            " VALUES ('default', 'noop', 'dead', %s, 1) RETURNING id", (error,)).fetchone()
+    assert row is not None
+    lines = cli_out(dsn, "jobs", "show", str(row[0])).splitlines()
+    assert "last_error: frame 1" in lines
+    assert "  | … 941 lines not shown; --json shows all" in lines, lines
+    assert "  | frame 1000" in lines and "  | frame 943" in lines
+    assert "  | frame 942" not in lines and "  | frame 2" not in lines

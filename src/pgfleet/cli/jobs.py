@@ -74,24 +74,41 @@ def jobs_show(job_id: int, as_json: bool) -> None:
 
     def text(job: dict[str, Any]) -> None:
         for key, value in job.items():
-            if key == "errors" and isinstance(value, list):
-                # A row written by hand may hold any number of entries: the last few.
-                if len(value) > SHOWN_ERRORS:
-                    click.echo(f"errors: {len(value) - SHOWN_ERRORS} earlier entries not "
-                               "shown; --json shows all")
-                for entry in value[-SHOWN_ERRORS:]:
-                    click.echo(error_line(entry))
-            elif key in ("meta", "result", "progress") and not isinstance(value, str):
-                # JSON as JSON: a result of None prints `null`, a dict with double quotes.
-                click.echo(f"{key}: {shortened(json.dumps(value, ensure_ascii=False))}")
+            if key == "errors":
+                for line in value:
+                    click.echo(line)
+            elif key == "last_error" and isinstance(value, list):
+                click.echo(f"last_error: {value[0] if value else ''}")
+                for line in value[1:]:
+                    click.echo(f"  | {line}")
             else:
-                click.echo(f"{key}: {shortened(str(value))}")
+                click.echo(f"{key}: {value}")
 
-    emit(job, as_json, text)
+    emit(job if as_json else for_terminal(job), as_json, text)
 
 
 SHOWN_CHARS = 2000
 SHOWN_ERRORS = 20
+SHOWN_ERROR_LINES = 60
+JSON_FIELDS = ("args", "meta", "result", "progress")
+
+
+def for_terminal(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as `jobs show` prints it, before its strings are escaped: JSON fields as
+    JSON (not Python's repr), the last error as its own lines, each error entry as one
+    line, long values cut. Line breaks are split here, before escaping turns them into
+    `\\n`, so a message keeps its lines and still cannot forge a line of pgfleet's own."""
+    out: dict[str, Any] = {}
+    for key, value in job.items():
+        if key == "errors" and isinstance(value, list):
+            out[key] = error_lines(value)
+        elif key == "last_error" and isinstance(value, str):
+            out[key] = error_block(value)
+        elif key in JSON_FIELDS and not isinstance(value, str):
+            out[key] = shortened(json.dumps(value, ensure_ascii=False))
+        else:
+            out[key] = shortened(str(value))
+    return out
 
 
 def shortened(text: str) -> str:
@@ -101,13 +118,32 @@ def shortened(text: str) -> str:
     return f"{text[:SHOWN_CHARS]}… [{len(text)} characters; --json shows all]"
 
 
+def error_block(text: str) -> list[str]:
+    """The last error's lines (a traceback's last frames matter most: the tail is kept)."""
+    lines = [shortened(line) for line in text.splitlines()] or [""]
+    if len(lines) <= SHOWN_ERROR_LINES:
+        return lines
+    cut = len(lines) - SHOWN_ERROR_LINES + 1
+    return [lines[0], f"… {cut} lines not shown; --json shows all",
+            *lines[-(SHOWN_ERROR_LINES - 2):]]
+
+
+def error_lines(entries: list[Any]) -> list[str]:
+    # A row written by hand may hold any number of entries: the last few.
+    out = []
+    if len(entries) > SHOWN_ERRORS:
+        out.append(f"errors: {len(entries) - SHOWN_ERRORS} earlier entries not shown; "
+                   "--json shows all")
+    return out + [error_line(entry) for entry in entries[-SHOWN_ERRORS:]]
+
+
 def error_line(entry: object) -> str:
-    """One recorded failure; an entry not shaped like pgfleet's own is printed as is."""
+    """One recorded failure (its first line); an entry not shaped like pgfleet's own is
+    printed as JSON."""
     if isinstance(entry, dict) and isinstance(entry.get("error"), str):
-        # The text renderer gets escaped data: a line break reads `\n` there.
-        first = entry["error"].replace("\\n", "\n").splitlines()[0] if entry["error"] else ""
+        first = entry["error"].splitlines()[0] if entry["error"] else ""
         return f"error (attempt {entry.get('attempt')}): {shortened(first)}"
-    return f"error: {shortened(str(entry))}"
+    return f"error: {shortened(json.dumps(entry, ensure_ascii=False, default=str))}"
 
 
 @jobs.command("retry")
