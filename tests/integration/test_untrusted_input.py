@@ -170,3 +170,30 @@ def test_jobs_show_keeps_the_tail_of_a_very_long_traceback(dsn: str) -> None:
     assert "  | … 941 lines not shown; --json shows all" in lines, lines
     assert "  | frame 1000" in lines and "  | frame 943" in lines
     assert "  | frame 942" not in lines and "  | frame 2" not in lines
+
+
+def test_a_claim_failing_on_a_row_does_not_take_finished_jobs_down_with_it(dsn: str) -> None:
+    # Outside trial T6: a row that made the claim fail (attempt at the integer limit, since
+    # bounded by migration 0022) failed the statement that also committed the batch's
+    # completions, so jobs that had ended ran again. Any row the claim cannot lease stands
+    # in here: a trigger refuses to lease it.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""
+            CREATE FUNCTION public.refuse_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'this row cannot be leased' USING ERRCODE = '22003'; END $$;
+            CREATE TRIGGER refuse_lease BEFORE UPDATE ON pgfleet.jobs FOR EACH ROW
+              WHEN (NEW.task = 'unleasable' AND NEW.state = 'running')
+              EXECUTE FUNCTION public.refuse_lease();""")
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 0.5})
+    with worker_thread(dsn, threads=1, prefetch=0, poll_interval=30.0) as worker:
+        wait_for(lambda: scalar(dsn, "SELECT state FROM pgfleet.jobs WHERE id = %s",
+                                (job_id,)) == "running")
+        # Its notification asks the busy worker to claim when its slot frees up: the claim
+        # then rides with the sleeper's completion.
+        pgfleet.enqueue(dsn, "unleasable", {})
+        wait_for(lambda: worker.abandoned)  # the claim's error ends the worker, as before
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT state, attempt, lease_holder FROM pgfleet.jobs"
+                           " WHERE id = %s", (job_id,)).fetchone()
+    assert row == ("succeeded", 1, None), row
+

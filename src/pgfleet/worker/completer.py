@@ -126,23 +126,19 @@ class Completer:
             return Flushed(0, None, 0, [])
         claimed: list[store.ClaimedJob] | None = None
         states: dict[int, store.JobState]
+        claim_error: psycopg.Error | None = None
         if claim_limit > 0:
-            held, held_solo = self.held_besides(batch)
-            self.claims.refresh(conn)
-            if not self.claims.limited and all(ended(o) == "succeeded" for o in batch):
-                # The common batch: one statement, one round trip, one commit.
-                states = {}
-                done, claimed = store.complete_and_claim(
-                    conn, queue=self.queue, done=[(o.running.job.id, o.running.job.attempt)
-                                                  for o in batch],
-                    results=[o.result for o in batch], limit=claim_limit,
-                    worker=self.worker_id, lease=lease, held=held, held_solo=held_solo,
-                    args_limit=self.executor.args_limit, after=after)
-            else:
-                with conn.transaction():
-                    done, states = self._complete(conn, batch)
-                    claimed = self.claims(conn, claim_limit, held=held, held_solo=held_solo,
-                                          after=after)
+            try:
+                done, states, claimed = self._complete_and_claim(
+                    conn, batch, claim_limit=claim_limit, lease=lease, after=after)
+            except psycopg.Error as exc:
+                if isinstance(exc, psycopg.OperationalError) or conn.closed:
+                    raise
+                # The claim failed on a row it reached, and took the completions of its
+                # statement down with it. Commit them alone first: jobs that ended must
+                # not run again because of another job's row.
+                claim_error = exc
+                done, states = self._complete(conn, batch)
         else:
             done, states = self._complete(conn, batch)
         self.pending = []
@@ -158,7 +154,31 @@ class Completer:
             self.metric(metric, *labels).inc(count)
         for label, seconds in durations.items():
             metrics.observe_many(self.metric(metrics.job_duration, self.queue, label), seconds)
+        if claim_error is not None:
+            raise claim_error
         return Flushed(len(batch), claimed, claim_limit, [o.seconds for o in batch])
+
+    def _complete_and_claim(self, conn: psycopg.Connection[Any], batch: list[Outcome], *,
+                            claim_limit: int, lease: float, after: store.ClaimKey | None
+                            ) -> tuple[set[int], dict[int, store.JobState],
+                                       list[store.ClaimedJob]]:
+        """The batch's completions and the next claim, committed together."""
+        held, held_solo = self.held_besides(batch)
+        self.claims.refresh(conn)
+        if not self.claims.limited and all(ended(o) == "succeeded" for o in batch):
+            # The common batch: one statement, one round trip, one commit.
+            done, claimed = store.complete_and_claim(
+                conn, queue=self.queue, done=[(o.running.job.id, o.running.job.attempt)
+                                              for o in batch],
+                results=[o.result for o in batch], limit=claim_limit,
+                worker=self.worker_id, lease=lease, held=held, held_solo=held_solo,
+                args_limit=self.executor.args_limit, after=after)
+            return done, {}, claimed
+        with conn.transaction():
+            done, states = self._complete(conn, batch)
+            claimed = self.claims(conn, claim_limit, held=held, held_solo=held_solo,
+                                  after=after)
+        return done, states, claimed
 
     def held_besides(self, batch: list[Outcome]) -> tuple[int, bool]:
         """The jobs this process keeps running besides `batch`, and whether one of them
