@@ -24,7 +24,8 @@ pytestmark = pytest.mark.faults
 def insert(dsn: str, task: str, args_json: str, max_attempts: int = 1,
            legacy: bool = False) -> int:
     """Write a row straight into pgfleet.jobs. `legacy` writes it as a superuser past the
-    args-limits trigger, as rows written before migration 0006 were."""
+    args-limits trigger, as rows written before migration 0006 (limits) or 0023 (args
+    that are not an object) were."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         if legacy:
             conn.execute("SET session_replication_role = replica")
@@ -55,9 +56,10 @@ def test_hostile_rows(db: Db, cfleet: Callable[..., Fleet], tmp_path: Path,
         insert(dsn, "builtins.exec", json.dumps({"source": f"open('{pwned}', 'w')"})):
             "unknown task 'builtins.exec'",
         insert(dsn, "tests.faults.trap.spring", "{}"): "unknown task 'tests.faults.trap.spring'",
-        insert(dsn, "noop", '"not an object"', max_attempts=5):
+        # Refused on insert since migration 0023; rows stored before fail alone.
+        insert(dsn, "noop", '"not an object"', max_attempts=5, legacy=True):
             "invalid arguments: args must be a JSON object, got str",
-        insert(dsn, "noop", "[1, 2, 3]", max_attempts=5):
+        insert(dsn, "noop", "[1, 2, 3]", max_attempts=5, legacy=True):
             "invalid arguments: args must be a JSON object, got list",
         insert(dsn, "sleep", '{"seconds": 0.01, "rm": "-rf /"}', max_attempts=5):
             "invalid arguments",
@@ -161,7 +163,7 @@ def test_sql_refuses_args_over_the_limits(db: Db, args_json: str, problem: str) 
 def test_sql_refuses_deep_args_stored_compressed(db: Db) -> None:
     """Args read from a table that stores them compressed reach the trigger as stored:
     migration 0019 walks those whatever their stored size, and refuses them."""
-    deep = "[" * 300 + "null" + "]" * 300
+    deep = '{"a": ' * 300 + "null" + "}" * 300
     with psycopg.connect(db.dsn, autocommit=True) as conn:
         conn.execute("CREATE TEMP TABLE packed (args jsonb)")
         conn.execute("INSERT INTO packed VALUES (%s::jsonb)", (deep,))

@@ -154,3 +154,21 @@ def test_an_all_null_column_is_a_null_array() -> None:
     assert bulk_arrays.text_array([None, None]) is None
     assert bulk_arrays.int4_array([None]) is None
     assert bulk_arrays.text_array(["x", None]) is not None
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT * FROM pgfleet.enqueue_jobs('{noop,noop}', %s, NULL, '{0,0}', NULL, '{0,0}',"
+    " NULL, NULL, NULL, NULL)",
+    "INSERT INTO pgfleet.jobs (queue, task, args)"
+    " SELECT 'default', 'noop', a::jsonb FROM unnest(%s::text[]) AS a",
+])
+@pytest.mark.parametrize(("args", "kind"), [
+    ("[1]", "array"), ('"x"', "string"), ("null", "null"), ("7", "number")])
+def test_args_that_are_not_an_object_are_refused_by_every_sql_path(
+        dsn: str, statement: str, args: str, kind: str) -> None:
+    # Outside trial T6: enqueue_jobs and a plain INSERT took them (enqueue_job did not),
+    # and the job failed alone at its worker, long after the caller had gone.
+    with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(
+            psycopg.errors.InvalidParameterValue, match=f"args must be a JSON object, got {kind}"):
+        conn.execute(statement, (["{}", args],))
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
