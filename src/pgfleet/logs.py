@@ -13,11 +13,23 @@ import time
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
+def utc_stamp(record: logging.LogRecord) -> str:
+    """The record's time in UTC, ISO 8601 with milliseconds and Z. Not local time: Django
+    (and any code calling time.tzset) moves the process's zone to its settings, so lines
+    of one fleet came out in different, unmarked zones; the job lines' own times are UTC."""
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z")
+
+
+class PlainFormatter(logging.Formatter):
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return utc_stamp(record)
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "time": utc_stamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "pid": record.process,
@@ -36,7 +48,7 @@ def setup(fmt: str = "plain", level: str | None = None) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter(
+        handler.setFormatter(PlainFormatter(
             "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
         ))
     root = logging.getLogger()
