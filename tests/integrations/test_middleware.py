@@ -154,3 +154,43 @@ def test_an_exception_raised_by_a_middleware_replaces_the_bodys() -> None:
         middleware.unregister(outer)
         middleware.unregister(failing)
     assert left == ["outer"]  # the outer one was still left, seeing the new exception
+
+
+@pytest.mark.parametrize("interrupt", ["stop", "timeout"])
+def test_an_interrupt_that_lands_after_the_task_returned_does_not_undo_the_run(
+        dsn: str, interrupt: str) -> None:
+    # Outside trial T6: a stop gave back a job whose task had returned 50 ms
+    # earlier, and it ran again. The interrupt landed on the way out (here: a middleware
+    # that takes its time after the run), after the task's work was done. A timeout landing
+    # there failed a job that had done its work.
+    import threading
+    import time
+
+    from tests.support.workers import scalar, worker_thread
+
+    leaving = threading.Event()
+
+    @contextmanager
+    def slow_exit(event: object) -> Iterator[None]:
+        yield
+        if isinstance(event, middleware.JobRun):
+            leaving.set()
+            for _ in range(200):  # Python-level waits, where an interrupt lands at once
+                time.sleep(0.01)
+
+    job_id = pgfleet.enqueue(dsn, "noop")
+    middleware.register(slow_exit)
+    try:
+        with worker_thread(dsn, threads=1, kill_grace=10.0,
+                           timeout=0.5 if interrupt == "timeout" else 60.0) as worker:
+            assert leaving.wait(30)
+            if interrupt == "stop":
+                worker.request_stop("quick")  # interrupts what runs, then gives it back
+                assert worker.events.stopped.wait(30)
+            else:
+                wait_for(lambda: scalar(dsn, "SELECT state::text FROM pgfleet.jobs"
+                                             " WHERE id = %s", (job_id,)) != "running")
+    finally:
+        middleware.unregister(slow_exit)
+    assert scalar(dsn, "SELECT state::text || ' ' || attempt FROM pgfleet.jobs WHERE id = %s",
+                  (job_id,)) == "succeeded 1"

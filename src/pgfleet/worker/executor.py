@@ -82,6 +82,9 @@ class Running:
     lost: bool = False  # the row is no longer held by this worker at this attempt
     control: context.JobControl = field(default_factory=context.JobControl)
     progress_written_at: float = 0.0  # the main thread's throttle of progress writes
+    # The task's return value, kept as soon as it returns: an interrupt that lands after
+    # (in middleware, in storing the result) must not undo a run that is over.
+    returned: tuple[Any] | None = None
 
 
 @dataclass
@@ -216,7 +219,7 @@ class Executor:
         )
         context.set_current(current)
         try:
-            outcome.result = _result_json(self._call(running, current))
+            outcome.result = _result_json(self._returned_value(running, current))
         except Cancelled:
             outcome.cancelled = True
             _end_processes(job.id)
@@ -254,6 +257,19 @@ class Executor:
             and not outcome.stopped and not running.lost
         return outcome
 
+    def _returned_value(self, running: Running, current: context.JobContext) -> Any:
+        """What the task returned. An interrupt (a timeout, a cancel, a stop, a lost lease)
+        that arrives once it has returned, in middleware or on the way out, counts for
+        nothing: the job ran to its end, and giving it back would run it again."""
+        try:
+            return self._call(running, current)
+        except (JobTimeout, Cancelled, WorkerStopping, LeaseLost):
+            if running.returned is None:
+                raise
+            log.info("job %d had returned when it was interrupted; its run counts",
+                     running.job.id)
+            return running.returned[0]
+
     def _call(self, running: Running, current: context.JobContext) -> Any:
         if running.lost:
             raise LeaseLost()  # taken over while it waited for a thread (prefetch)
@@ -284,8 +300,11 @@ class Executor:
         keywords = task.keywords(args)
         if task.is_async:
             remaining = max(0.001, running.deadline - ASYNC_GRACE - time.monotonic())
-            return self.loops.run(_with_timeout(task.fn(**keywords), remaining))
-        return task.fn(**keywords)
+            value = self.loops.run(_with_timeout(task.fn(**keywords), remaining))
+        else:
+            value = task.fn(**keywords)
+        running.returned = (value,)
+        return value
 
     # ---- from the main thread -------------------------------------------------------------
 
