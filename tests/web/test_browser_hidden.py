@@ -141,3 +141,23 @@ def test_a_filter_on_a_hidden_character_finds_the_real_row(
     page.wait_for_url("**/jobs?queue=*")
     assert [r.get_attribute("data-job") for r in page.locator("#jobs tbody tr").all()] \
         == [str(hostile)]
+
+
+def test_args_and_tracebacks_keep_their_lines_and_only_hidden_characters_are_boxed(
+        web: Callable[..., WebServer], dsn: str, page: Any) -> None:
+    # Outside trial T7: the job page drew pretty-printed args on one line, every line
+    # break of the layout in a red box, for every job: the warning then meant nothing.
+    traceback = "Traceback (most recent call last):\n  File \"t.py\", line 1\nValueError: x\r"
+    job = dead_job(dsn, args='{"x": 1, "y": "a\\nb"}',
+                   errors=json.dumps([{"attempt": 1, "at": "2026-01-01", "error": traceback}]))
+    bare = dead_job(dsn, last_error=traceback, errors="[]")  # no history: the last error alone
+    server = web()
+    page.goto(f"{server.url}jobs/{job}")
+    assert seen(page, "#job-args").splitlines() == ["{", '  "x": 1,', '  "y": "a\\nb"', "}"]
+    assert "  File \"t.py\", line 1\nValueError: x\\r" in seen(page, "#job-errors")
+    # The carriage return is boxed; no line break is.
+    assert boxes(page) == ["\\r"]
+    page.goto(f"{server.url}jobs/{bare}")
+    assert seen(page, "#job-last-error").splitlines() == [
+        "Traceback (most recent call last):", '  File "t.py", line 1', "ValueError: x\\r"]
+    assert boxes(page) == ["\\r"]

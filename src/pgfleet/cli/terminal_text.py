@@ -25,12 +25,13 @@ def hidden(char: str) -> bool:
     return not char.isprintable() or char in _BLANK_LETTERS
 
 
-def escape_controls(text: str, mark: Callable[[str], str] = str) -> str:
+def escape_controls(text: str, mark: Callable[[str], str] = str, keep: str = "") -> str:
     """`text` with each hidden character written as its Python escape (\\x1b, \\u202e,
-    \\U000e0041), passed through `mark` (the web UI wraps it in a styled element)."""
+    \\U000e0041), passed through `mark` (the web UI wraps it in a styled element).
+    Characters in `keep` stay as they are: the line breaks of a block of text."""
     def replace(match: re.Match[str]) -> str:
         char = match[0]
-        if not hidden(char):
+        if char in keep or not hidden(char):
             return char
         return mark(char.encode("unicode_escape").decode("ascii"))
     return _CANDIDATES.sub(replace, text)

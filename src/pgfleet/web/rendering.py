@@ -35,6 +35,7 @@ def environment() -> Environment:
     env.filters["pretty"] = pretty
     env.filters["clip"] = clip
     env.filters["visible"] = visible
+    env.filters["visible_lines"] = visible_lines
     env.filters["plain"] = plain
     env.tests["hiding"] = has_hidden
     return env
@@ -66,6 +67,13 @@ def visible(value: Any) -> Markup:
     name stays plain text beside the styled one. Only what is shown changes: links, form
     fields and filters carry the real value."""
     return Markup(escape_controls(str(escape(value)), _marked))
+
+
+def visible_lines(value: Any) -> Markup:
+    """`visible` for a block shown in a <pre> (pretty-printed args, a traceback): its line
+    breaks are its layout, not hidden characters. A carriage return, a line or paragraph
+    separator and every other control still show as escapes."""
+    return Markup(escape_controls(str(escape(value)), _marked, keep="\n"))
 
 
 def _marked(escaped: str) -> str:
