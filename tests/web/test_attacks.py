@@ -21,7 +21,9 @@ from tests.web.test_http import csrf_of
     {"Sec-Fetch-Site": "cross-site"},
     # Another port of the same host is the same *site*: SameSite lets the cookie through.
     {"Sec-Fetch-Site": "same-site"},
-], ids=["origin", "null-origin", "cross-site", "same-site"])
+    # Outside trial T7: "none" let any Origin through.
+    {"Sec-Fetch-Site": "none", "Origin": "http://evil.example"},
+], ids=["origin", "null-origin", "cross-site", "same-site", "none-with-foreign-origin"])
 def test_a_form_from_another_origin_is_refused_even_with_the_token(
         web: Callable[..., WebServer], dsn: str, headers: dict[str, str]) -> None:
     job_id = dead_job(dsn)

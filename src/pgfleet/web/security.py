@@ -74,10 +74,13 @@ def same_origin(headers: Headers, behind_proxy: bool = False) -> bool:
     the Host. X-Forwarded-Host counts too only when the operator said a proxy is in front
     (`--behind-proxy`): without one, any client can send that header, and taking it would
     let a page name its own origin there. "null", from a sandboxed frame or a data: URL, is
-    never ours. A request with neither header is not from a browser."""
+    never ours. A request with neither header is not from a browser: it holds the cookie
+    and the token because it read them itself, which is no forgery. "none" (a request the
+    user made, not a page) still has its Origin checked when it sends one: no browser sends
+    "none" with another site's Origin."""
     site = headers.get("sec-fetch-site")
-    if site is not None:
-        return site in ("same-origin", "none")
+    if site is not None and site != "none":
+        return site == "same-origin"
     origin = headers.get("origin")
     if origin is None:
         return True
