@@ -216,8 +216,10 @@ def test_unknown_and_importable_task_names_fail_without_importing(dsn: str) -> N
         for name in ("no_such_task", "antigravity.geohash", "this"):
             conn.execute("INSERT INTO pgfleet.jobs (queue, task, max_attempts)"
                          " VALUES ('default', %s, 2)", (name,))
+        # Args that are not an object are refused on insert (migration 0023): args the
+        # task's signature does not take stand for a bad payload here.
         conn.execute("INSERT INTO pgfleet.jobs (queue, task, args) VALUES"
-                     " ('default', 'noop', '\"a string\"')")
+                     " ('default', 'sleep', '{\"rm\": \"-rf /\"}')")
     before = set(sys.modules)
     with worker_thread(dsn):
         wait_for(lambda: states(dsn).get("dead") == 4)
@@ -226,9 +228,9 @@ def test_unknown_and_importable_task_names_fail_without_importing(dsn: str) -> N
         "SELECT task, last_error FROM pgfleet.jobs").fetchall())
     assert "unknown task 'no_such_task'" in errors["no_such_task"]
     assert "unknown task 'antigravity.geohash'" in errors["antigravity.geohash"]
-    assert "invalid arguments" in errors["noop"]
+    assert "invalid arguments" in errors["sleep"]
     assert scalar(dsn, "SELECT attempt FROM pgfleet.jobs WHERE task = 'this'") == 2
-    assert scalar(dsn, "SELECT attempt FROM pgfleet.jobs WHERE task = 'noop'") == 1
+    assert scalar(dsn, "SELECT attempt FROM pgfleet.jobs WHERE task = 'sleep'") == 1
 
 
 def test_worker_reconnects_after_its_connections_are_killed(dsn: str) -> None:
