@@ -172,3 +172,40 @@ def test_args_that_are_not_an_object_are_refused_by_every_sql_path(
             psycopg.errors.InvalidParameterValue, match=f"args must be a JSON object, got {kind}"):
         conn.execute(statement, (["{}", args],))
     assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
+
+
+ENQUEUE_JOBS = ("SELECT id FROM pgfleet.enqueue_jobs(%s::text[], %s::text[], %s::text[],"
+                " %s::int[], NULL, %s::float8[], NULL, NULL, NULL, NULL)")
+
+
+@pytest.mark.parametrize(("arrays", "error", "message"), [
+    # Outside trial T7: the third job went to 'default', unnest padding the queues.
+    ((["a", "b", "c"], None, ["q1", "q2"], None, None), psycopg.errors.ArraySubscriptError,
+     r"3 tasks, but queues has 2 \(each array"),
+    ((["a", "b"], ["{}"], None, [0, 0, 0], None), psycopg.errors.ArraySubscriptError,
+     "2 tasks, but args has 1, priorities has 3"),
+    ((["a", None], None, None, None, None), psycopg.errors.NullValueNotAllowed,
+     r"tasks\[2\] is NULL"),
+    ((None, None, None, None, None), psycopg.errors.NullValueNotAllowed, r"tasks\[1\] is NULL"),
+    ((["a", "b"], None, None, None, [0, -100]), psycopg.errors.InvalidParameterValue,
+     "delays must be finite and not negative"),
+    ((["a"], None, None, None, [float("nan")]), psycopg.errors.InvalidParameterValue,
+     "delays must be finite"),
+])
+def test_enqueue_jobs_says_what_is_wrong_with_its_arrays(
+        dsn: str, arrays: tuple[Any, ...], error: type[Exception], message: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(error, match=message):
+        conn.execute(ENQUEUE_JOBS, arrays)
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0
+
+
+def test_enqueue_jobs_takes_null_arrays_and_elements_for_the_defaults(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(ENQUEUE_JOBS, (["a", "b"], None, None, None, None))
+        conn.execute(ENQUEUE_JOBS, (["c", "d"], ['{"x": 1}', None], ["q", None], [None, 5],
+                                    [None, 60]))
+        rows = conn.execute(
+            "SELECT task, args, queue, priority, run_at > now() + interval '59 seconds'"
+            "  FROM pgfleet.jobs ORDER BY id").fetchall()
+    assert rows == [("a", {}, "default", 0, False), ("b", {}, "default", 0, False),
+                    ("c", {"x": 1}, "q", 0, False), ("d", {}, "default", 5, True)]
