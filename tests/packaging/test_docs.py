@@ -3,8 +3,11 @@ the reference pages list every command, configuration key and metric."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -99,3 +102,19 @@ def test_monitoring_page_lists_every_metric() -> None:
     assert metrics.database_up.name in names
     missing = sorted(n for n in names if f"`{n}" not in text)
     assert missing == []
+
+
+def test_the_runtime_roles_grants_in_security_md_are_what_pgfleet_grants_prints(
+        dsn: str) -> None:
+    # Outside trial T7: the page listed four tables and three functions; the command
+    # granted four tables and three claim functions more.
+    out = subprocess.run([sys.executable, "-m", "pgfleet", "grants", "--runtime", "r"],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "PGFLEET_DATABASE_URL": dsn}).stdout
+    granted = set(re.findall(r"^GRANT [^\n]* ON (?:FUNCTION )?(pgfleet\.\w+)", out, re.M))
+    page = (DOCS / "security.md").read_text()
+    bullet = page[page.index("- **Runtime role**"):page.index("- **Producer**")]
+    listed = set(re.findall(r"`(pgfleet\.\w+)`", bullet))
+    enqueue = {"pgfleet.enqueue", "pgfleet.enqueue_job", "pgfleet.enqueue_jobs",
+               "pgfleet.jobs_holding_keys"}  # "the enqueue functions", listed under Producer
+    assert granted - enqueue == listed, (granted - enqueue - listed, listed - granted)
