@@ -203,7 +203,11 @@ def _rows(jobs: Iterable[Mapping[str, Any]], start: int = 0) -> list[Row]:
     rows: list[Row] = []
     append = rows.append
     for index, job in enumerate(jobs, start):
-        keys = job.keys()
+        try:
+            keys = job.keys()
+        except AttributeError:
+            raise PayloadError(f"jobs[{index}]", "must be a mapping of the job's fields, got "
+                               f"{type(job).__name__}") from None
         if not keys <= _JOB_FIELDS:
             unknown = set(job) - _JOB_FIELDS
             raise PayloadError(f"jobs[{index}]", f"unknown field(s) {sorted(unknown)}")

@@ -27,8 +27,8 @@ _DURATION_UNITS: dict[str, float] = {
 # Units must appear largest first ("1h30m", not "30m1h"), each at most once, so every
 # accepted string has exactly one obvious reading.
 _UNIT_ORDER = ["w", "d", "h", "m", "s", "ms"]
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|w|d|h|m|s)")
-_PLAIN_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|w|d|h|m|s)", re.ASCII)
+_PLAIN_NUMBER = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
 
 _SIZE_UNITS: dict[str, int] = {
     "": 1,
@@ -42,7 +42,7 @@ _SIZE_UNITS: dict[str, int] = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)", re.ASCII)
 
 
 def parse_duration(value: object) -> float:

@@ -16,7 +16,8 @@ MAX_RATE_PERIOD = 86400.0
 MAX_CONCURRENCY = 100_000
 
 _UNIT_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-_RATE = re.compile(r"(\d{1,7})\s*/\s*(\S{1,16})")
+# ASCII: without it \d and int() take full-width and other scripts' digits.
+_RATE = re.compile(r"(\d{1,7})\s*/\s*(\S{1,16})", re.ASCII)
 
 
 @dataclass(frozen=True)

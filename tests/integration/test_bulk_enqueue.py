@@ -209,3 +209,13 @@ def test_enqueue_jobs_takes_null_arrays_and_elements_for_the_defaults(dsn: str) 
             "  FROM pgfleet.jobs ORDER BY id").fetchall()
     assert rows == [("a", {}, "default", 0, False), ("b", {}, "default", 0, False),
                     ("c", {"x": 1}, "q", 0, False), ("d", {}, "default", 5, True)]
+
+
+@pytest.mark.parametrize("job", ["noop", ["noop"], None, 7])
+def test_a_job_that_is_not_a_mapping_is_a_payload_error(dsn: str, job: Any) -> None:
+    # Outside trial T7: enqueue_many(dsn, ["noop"]) raised AttributeError ('str' object has
+    # no attribute 'keys').
+    with pytest.raises(PayloadError, match=r"^jobs\[1\]: must be a mapping of the job's "
+                                           rf"fields, got {type(job).__name__}$"):
+        pgfleet.enqueue_many(dsn, [{"task": "noop"}, job])
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs") == 0

@@ -590,3 +590,16 @@ def test_a_bad_prefetch_is_one_plain_line() -> None:
     expected = "expected auto or a whole number from 0 to 1000"
     assert errors == [f"pgfleet.yaml:{line}: queues.{name}.prefetch: {expected}"
                       for line, name in ((3, "a"), (5, "b"), (7, "c"), (9, "d"))]
+
+
+@pytest.mark.parametrize(("line", "field"), [
+    ("poll_interval: \"\uff15s\"", "poll_interval"),
+    ("poll_interval: \"\u0665\"", "poll_interval"),
+    ("metrics: {listen: \"127.0.0.1:\u0669\u0664\u0666\u0664\"}", "metrics.listen"),
+])
+def test_digits_other_than_ascii_are_refused(line: str, field: str) -> None:
+    # Outside trial T7 (a rate of a full-width 5 per second passed `pgfleet check`): int()
+    # and \d take full-width and Arabic-Indic digits, which a reader may not see as such.
+    errors = errors_of(f"database_url: postgresql://x/y\ntasks: [t]\n{line}\n"
+                       "queues: {default: {}}\n")
+    assert any(field in error for error in errors), errors

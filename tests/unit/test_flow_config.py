@@ -24,7 +24,9 @@ def test_a_rate_prints_as_written() -> None:
 
 
 @pytest.mark.parametrize("text", ["100", "100/", "/s", "0/s", "5/x", "-1/s", "5/0s", "5/2d",
-                                  "10000000/s", "1e3/s"])
+                                  "10000000/s", "1e3/s",
+                                  # Outside trial T7: int() reads full-width and other digits.
+                                  "\uff15/s", "5/\uff11\uff10s", "\u0665/m"])
 def test_bad_rates_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="expected"):
         parse_rate(text)

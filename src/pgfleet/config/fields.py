@@ -144,7 +144,8 @@ def parse_listen(value: str) -> tuple[str, int]:
     """`host:port` (`[v6]:port`) as (host, port); ValueError saying what was expected."""
     hint = "expected host:port, e.g. 127.0.0.1:9464 or [::1]:9464"
     host, sep, port_text = value.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or len(port_text) > 5:
+    if not sep or not host or not (port_text.isascii() and port_text.isdigit()) \
+            or len(port_text) > 5:
         raise ValueError(hint)
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
