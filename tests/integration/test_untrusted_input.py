@@ -158,6 +158,22 @@ def test_jobs_show_prints_args_as_json_and_a_traceback_as_lines(dsn: str) -> Non
     assert 'error: ["not", "ours"]' in lines, lines
 
 
+@pytest.mark.parametrize(("errors", "line"), [
+    ('{"not": "a list"}', 'errors: {"not": "a list"}'), ("null", "errors: null"),
+    ('"text"', 'errors: "text"')])
+def test_jobs_show_prints_an_errors_column_that_is_not_a_list_as_one_line(
+        dsn: str, errors: str, line: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO pgfleet.jobs (queue, task, state, errors, attempt)"
+            " VALUES ('default', 'noop', 'dead', %s::jsonb, 1) RETURNING id",
+            (errors,)).fetchone()
+    assert row is not None
+    lines = cli_out(dsn, "jobs", "show", str(row[0])).splitlines()
+    assert line in lines, lines
+    assert "e" not in lines and "{" not in lines, lines  # not one character a line
+
+
 def test_jobs_show_keeps_the_tail_of_a_very_long_traceback(dsn: str) -> None:
     error = "\n".join(f"frame {n}" for n in range(1, 1001))
     with psycopg.connect(dsn, autocommit=True) as conn:

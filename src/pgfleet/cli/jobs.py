@@ -100,8 +100,10 @@ def for_terminal(job: dict[str, Any]) -> dict[str, Any]:
     `\\n`, so a message keeps its lines and still cannot forge a line of pgfleet's own."""
     out: dict[str, Any] = {}
     for key, value in job.items():
-        if key == "errors" and isinstance(value, list):
-            out[key] = error_lines(value)
+        if key == "errors":
+            # A hand-written row may hold anything there: one line of JSON, not a list.
+            out[key] = (error_lines(value) if isinstance(value, list) else
+                        [f"errors: {shortened(json.dumps(value, ensure_ascii=False))}"])
         elif key == "last_error" and isinstance(value, str):
             out[key] = error_block(value)
         elif key in JSON_FIELDS and not isinstance(value, str):
