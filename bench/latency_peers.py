@@ -46,6 +46,10 @@ from bench.common import Database, log, machine, run_async, supervisor, write_co
 from bench.systems import install_pgqueuer
 
 SYSTEMS = ("pgfleet", "pgqueuer", "floor")
+# Also measurable (--systems): pgfleet with one worker process instead of two, the same 16
+# threads; every process LISTENs and claims on each notification, and on two cores the
+# losing claims compete with the winning one.
+EXTRA_SYSTEMS = ("pgfleet-1p",)
 BACKGROUND_TICK = 0.01
 
 FLOOR_TABLES = """
@@ -220,13 +224,16 @@ class PgqClient(Client):
 
 
 CLIENTS: dict[str, type[Client]] = {
-    "pgfleet": PgfleetClient, "floor": FloorClient, "pgqueuer": PgqClient}
+    "pgfleet": PgfleetClient, "pgfleet-1p": PgfleetClient, "floor": FloorClient,
+    "pgqueuer": PgqClient}
 
 
 @contextmanager
 def _running(system: str, db: Database) -> Iterator[None]:
-    if system == "pgfleet":
-        with supervisor(db, write_config("latency-peers"), 2):
+    if system.startswith("pgfleet"):
+        processes = 1 if system == "pgfleet-1p" else 2
+        with supervisor(db, write_config("latency-peers", {"processes": processes}),
+                        processes):
             yield
     else:
         with _processes(system, db.dsn, 1 if system == "floor" else 2):
@@ -294,7 +301,7 @@ def measure(db: Database, system: str, jobs: int, background: int) -> dict[str, 
             _wait_started(db, CLIENTS[system].table, jobs)
         finally:
             client.close()
-    if system == "pgfleet":
+    if system.startswith("pgfleet"):
         _started_with_created(db)
     values = sorted(_latencies(db, CLIENTS[system].table))
     return {"p50_ms": _quantile(values, 0.5), "p99_ms": _quantile(values, 0.99),
@@ -328,17 +335,24 @@ def main() -> None:
     parser.add_argument("--background", type=int, default=1000,
                         help="other jobs per second in the loaded mode")
     parser.add_argument("--output", type=Path)
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"comma list of {', '.join(SYSTEMS + EXTRA_SYSTEMS)}; floor and"
+                        " pgfleet are always measured (the ratios are taken against them)")
     args = parser.parse_args()
+    systems = tuple(dict.fromkeys(["pgfleet", *args.systems.split(","), "floor"]))
+    unknown = set(systems) - set(SYSTEMS + EXTRA_SYSTEMS)
+    if unknown:
+        parser.error(f"unknown system(s): {', '.join(sorted(unknown))}")
     db = Database()
     db.create()
-    results: dict[str, Any] = {"machine": machine(), "jobs": args.jobs,
+    results: dict[str, Any] = {"machine": machine(), "systems": list(systems), "jobs": args.jobs,
                                "background": args.background, "rounds": []}
     try:
         install_pgqueuer(db)
         with db.connect() as conn:
             conn.execute(FLOOR_TABLES)
         for r in range(args.rounds):
-            order = SYSTEMS[r % len(SYSTEMS):] + SYSTEMS[:r % len(SYSTEMS)]
+            order = systems[r % len(systems):] + systems[:r % len(systems)]
             for mode, rate in (("idle", 0), ("loaded", args.background)):
                 for system in order:
                     got = measure(db, system, args.jobs, rate)
@@ -348,16 +362,16 @@ def main() -> None:
                                               **got})
     finally:
         db.drop()
-    _print_medians(results)
+    _print_medians(results, systems)
     if args.output:
         args.output.write_text(json.dumps(results, indent=2, default=str))
 
 
-def _print_medians(results: dict[str, Any]) -> None:
+def _print_medians(results: dict[str, Any], systems: tuple[str, ...]) -> None:
     print("\nmedian of rounds (ms)      p50     p99    p50 / floor   p50 / pgfleet")
     for mode in ("idle", "loaded"):
         med = {}
-        for system in SYSTEMS:
+        for system in systems:
             runs = [r for r in results["rounds"] if r["mode"] == mode and r["system"] == system]
             med[system] = (statistics.median(r["p50_ms"] for r in runs),
                            statistics.median(r["p99_ms"] for r in runs))

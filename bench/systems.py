@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,13 @@ class Setup:
     @property
     def is_pgqueuer(self) -> bool:
         return self.system.startswith("pgqueuer")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 # ---- per-system plumbing --------------------------------------------------------------
@@ -144,8 +152,10 @@ def _processes(argvs: list[list[str]], name: str) -> Iterator[list[subprocess.Po
 def _workers(db: Database, setup: Setup) -> Iterator[list[subprocess.Popen[bytes]]]:
     if setup.system == "pgfleet":
         prefetch = "auto" if setup.batch == AUTO else setup.batch - setup.threads
+        # The exporter on, as pgfleet deploys by default (bench/pgfleet-bench.yaml has it off).
+        metrics = {"enabled": True, "listen": f"127.0.0.1:{free_port()}"}
         config = write_config("drain", {"processes": PROCESSES, "threads": setup.threads,
-                                        "prefetch": prefetch})
+                                        "prefetch": prefetch}, {"metrics": metrics})
         with supervisor(db, config, PROCESSES):
             yield []
     elif setup.is_pgqueuer:

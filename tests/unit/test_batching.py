@@ -6,7 +6,7 @@ from __future__ import annotations
 from pgfleet.config import Config
 from pgfleet.tasks import Registry
 from pgfleet.worker.batching import FLUSH_DELAY, Batching
-from pgfleet.worker.prefetch import AUTO_CLAIM_CAP, AutoPrefetch
+from pgfleet.worker.prefetch import AUTO_CLAIM_CAP, PREFETCH_BYTES, AutoPrefetch
 from pgfleet.worker.settings import build_settings
 
 
@@ -29,7 +29,7 @@ def test_nothing_is_prefetched_before_a_job_was_measured() -> None:
 def test_short_jobs_fill_the_claim_and_long_ones_get_no_prefetch() -> None:
     short = AutoPrefetch(threads=8)
     short.round_trip(0.002)
-    short.jobs_ran([0.00005] * 50)
+    short.jobs_ran([0.000005] * 50)
     assert short.value() == AUTO_CLAIM_CAP - 8
     long = AutoPrefetch(threads=8)
     long.round_trip(0.002)
@@ -44,7 +44,7 @@ def test_short_jobs_fill_the_claim_and_long_ones_get_no_prefetch() -> None:
 def test_the_measure_follows_the_jobs() -> None:
     auto = AutoPrefetch(threads=2)
     auto.round_trip(0.002)
-    auto.jobs_ran([0.00001])
+    auto.jobs_ran([0.000001])
     assert auto.value() == AUTO_CLAIM_CAP - 2
     for _ in range(60):
         auto.jobs_ran([5.0])
@@ -58,3 +58,18 @@ def test_outcomes_wait_only_while_every_thread_has_a_job_queued() -> None:
     assert not batching.may_defer(pending=3, waiting=3, since=10.0, now=10.0)
     assert not batching.may_defer(pending=32, waiting=30, since=10.0, now=10.0)
     assert not batching.may_defer(pending=3, waiting=30, since=10.0, now=10.0 + 2 * FLUSH_DELAY)
+
+
+def test_big_args_bound_what_is_prefetched() -> None:
+    """Claims of up to 1,000 tiny jobs hold each one's args until it runs: jobs of 1 MiB
+    args would have held a GiB. Auto keeps the prefetch within PREFETCH_BYTES of args."""
+    auto = AutoPrefetch(threads=8)
+    auto.round_trip(0.002)
+    auto.jobs_ran([0.000005] * 50)
+    auto.jobs_claimed(args_bytes=50 * 20, jobs=50)  # small args: the cap applies
+    assert auto.value() == AUTO_CLAIM_CAP - 8
+    for _ in range(60):
+        auto.jobs_claimed(args_bytes=10 * 1024 * 1024, jobs=10)  # 1 MiB each
+    assert auto.value() == PREFETCH_BYTES // (1024 * 1024)
+    auto.jobs_claimed(args_bytes=0, jobs=0)  # an empty claim tells nothing
+    assert auto.value() == PREFETCH_BYTES // (1024 * 1024)

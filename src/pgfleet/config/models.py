@@ -140,8 +140,9 @@ class QueueConfig(BaseModel):
     )
     prefetch: Prefetch = Field(
         default="auto",
-        description="Jobs claimed beyond free slots; auto: enough to keep the threads busy "
-                    "through one round trip, from the measured job time (claims of at most 100).",
+        description="Jobs claimed beyond free slots; auto: what the threads get through in "
+                    "two round trips at the measured job time (claims of at most 1000, "
+                    "prefetched args within 16MiB).",
     )
     tasks: list[ModuleName] = Field(
         default_factory=list, description="Extra task modules only this queue imports."

@@ -415,6 +415,7 @@ def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
     # A full batch suggests more are waiting: claim again as soon as a slot frees.
     worker.claim_due = len(jobs) == limit
     worker.batching.cursor.claimed(jobs, limit)
+    worker.batching.auto.jobs_claimed(sum(job.args_size for job in jobs), len(jobs))
     now = time.monotonic()
     worker.next_poll = now + worker.s.poll_interval
     worker.empty_claims = 0 if jobs else worker.empty_claims + 1
