@@ -4,7 +4,7 @@ enqueue_plan; store.enqueue_many_async drives the same plan on an asyncio connec
 
 Pipelined, the server inserts chunk k while the client validates and encodes chunk k+1
 (`chunks` may be a generator that validates lazily): on two cores that hides most of the
-client's time behind the server's (docs/performance.md, issue 16).
+client's time behind the server's (docs/performance-history.md, issue 16).
 """
 
 from __future__ import annotations

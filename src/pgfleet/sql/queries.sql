@@ -56,7 +56,7 @@ SELECT k.task, k.unique_key, k.id
 -- claim walks it one priority at a time and reads each priority's rows only up to now():
 -- a plain ORDER BY priority, run_at, id LIMIT n scan that finds fewer than n due rows
 -- reads every future row of the priority before it can stop (44 ms per empty claim with
--- 1,000,000 jobs an hour ahead; docs/performance.md). The cost is one index probe per
+-- 1,000,000 jobs an hour ahead; docs/performance-history.md). The cost is one index probe per
 -- priority visited, plus one when the claim comes short.
 -- Solo: a solo job (migration 0007) goes only to a worker that holds nothing, alone; a
 -- worker holding one claims nothing more. A solo job among the locked rows stops a busy
@@ -117,7 +117,7 @@ SELECT EXISTS (SELECT 1 FROM pgfleet.queue_limits l
 -- None has no result key), each parsed once (a sub-select: once even in a generic plan)
 -- and looked up per row by key. A join with unnest() of arrays was planned, whenever the
 -- statistics knew of no running rows, as a nested loop re-reading the arrays for every
--- running row: 40,000 pairs, 11 of 17 ms for 200 jobs in a drain (docs/performance.md).
+-- running row: 40,000 pairs, 11 of 17 ms for 200 jobs in a drain (docs/performance-history.md).
 UPDATE pgfleet.jobs j
    SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
        result = (SELECT %(results)s::jsonb) -> j.id::text
