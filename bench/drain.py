@@ -9,8 +9,9 @@ bare asyncpg claim + finish loop, on the same database, in interleaved rounds.
    setting and the default prefetch auto; PgQueuer batch_size 10 to 1000 on both drivers),
    both modes, interleaved. The sweep goes on past the sizes where a system stops gaining
    (PgQueuer still gained from 200 to 500 in outside trial T8).
-2. Rounds: per mode, pgfleet's best setting of the sweep, PgQueuer's two best settings on
-   asyncpg (and, in the full run, its best on psycopg) and the bare loop, one after the other
+2. Rounds: per mode, pgfleet's best setting of the sweep and its default (prefetch auto),
+   PgQueuer's two best settings on asyncpg (and, in the full run, its best on psycopg) and
+   the bare loop's best, one after the other
    (the order rotates each round), so every ratio is taken inside one round, under the
    same noise, against the faster of PgQueuer's runs of that round; the medians of those
    ratios are reported. A round drains 200k-300k jobs, more than the issue's 100k, so the
