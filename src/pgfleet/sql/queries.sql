@@ -71,15 +71,21 @@ SELECT k.task, k.unique_key, k.id
 -- held / held_solo: what the worker holds (it knows the jobs running in its process, which
 -- is what containment is about); NULL counts its running rows instead, a scan of every
 -- running row that a worker claiming thousands of times a second should not pay.
+-- The parameters are cast to the function's types: psycopg sends None and str untyped and
+-- an int as the smallest type that holds it, and every claim is planned anew
+-- (force_custom_plan, pgfleet.db), so untyped arguments cost the function's resolution on
+-- each call: ~0.13 ms of a one-job claim's 1.6 ms from a worker's connection (measured
+-- spaced like single jobs; docs/performance.md, "Enqueue -> start latency").
 -- Args travel as text, and only within args_limit: the worker decodes each job's args in
 -- its executor thread, so a hostile row (nested 2,000 deep, 60 MB) fails that job alone
 -- and is never loaded into the worker's memory. meta is NULL when empty (the common case);
 -- it carries the trace context of pgfleet.otel for middleware.
 SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
        c.wait_seconds AS wait_seconds, c.solo, c.priority, c.run_at, c.meta
-  FROM pgfleet.claim_jobs(%(queue)s, %(limit)s, %(worker)s, %(lease)s, %(args_limit)s,
-                          %(held)s, %(held_solo)s, %(after_priority)s, %(after_run_at)s,
-                          %(after_id)s) AS c
+  FROM pgfleet.claim_jobs(%(queue)s::text, %(limit)s::int, %(worker)s::text,
+                          %(lease)s::float8, %(args_limit)s::int, %(held)s::bigint,
+                          %(held_solo)s::bool, %(after_priority)s::int,
+                          %(after_run_at)s::timestamptz, %(after_id)s::bigint) AS c
 
 -- name: claim_limited :many
 -- The claim of a queue with flow control (docs/flow-control.md): the same rows as claim,
@@ -91,9 +97,10 @@ SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
 -- a hash join over a sequential scan of jobs, every row of the table and its history read
 -- by every limited claim while it held the queue's lock (10-20 ms in a drain of 10,000).
 WITH c AS MATERIALIZED (
-    SELECT * FROM pgfleet.claim_limited(%(queue)s, %(worker)s, %(limit)s, %(lease)s,
-                                        %(args_limit)s, %(global_concurrency)s,
-                                        %(rate_limit)s, %(rate_period)s, %(key_concurrency)s)
+    SELECT * FROM pgfleet.claim_limited(%(queue)s::text, %(worker)s::text, %(limit)s::int,
+                                        %(lease)s::float8, %(args_limit)s::int,
+                                        %(global_concurrency)s::int, %(rate_limit)s::int,
+                                        %(rate_period)s::float8, %(key_concurrency)s::int)
 )
 SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size, c.wait_seconds,
        j.solo, j.priority, greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
@@ -138,10 +145,12 @@ RETURNING j.id
 SELECT c.done, c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
        c.wait_seconds, c.solo, c.priority, c.run_at, c.meta
   FROM pgfleet.complete_and_claim_jobs(%(ids)s::bigint[], %(attempts)s::jsonb,
-                                       %(results)s::jsonb, %(queue)s, %(limit)s, %(worker)s,
-                                       %(lease)s, %(args_limit)s, %(held)s, %(held_solo)s,
-                                       %(after_priority)s, %(after_run_at)s,
-                                       %(after_id)s) AS c
+                                       %(results)s::jsonb, %(queue)s::text, %(limit)s::int,
+                                       %(worker)s::text, %(lease)s::float8,
+                                       %(args_limit)s::int, %(held)s::bigint,
+                                       %(held_solo)s::bool, %(after_priority)s::int,
+                                       %(after_run_at)s::timestamptz,
+                                       %(after_id)s::bigint) AS c
 
 -- name: complete_failed :many
 -- A failure retries after the given delay, or ends dead when attempts are spent or the
