@@ -8,16 +8,19 @@
 
 -- name: enqueue :one
 -- NULL queue or max_attempts: the configured defaults (migration 0009, job_defaults).
+-- Parameters cast to the function's types, as the claims' are (see claim).
 SELECT e.job_id, e.created
-  FROM pgfleet.enqueue_job(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
-                           now() + make_interval(secs => %(delay)s), %(max_attempts)s,
-                           %(unique_key)s, %(meta)s::jsonb, %(concurrency_key)s) AS e
+  FROM pgfleet.enqueue_job(%(task)s::text, %(args)s::jsonb, %(queue)s::text,
+                           %(priority)s::int, now() + make_interval(secs => %(delay)s::float8),
+                           %(max_attempts)s::int, %(unique_key)s::text, %(meta)s::jsonb,
+                           %(concurrency_key)s::text) AS e
 
 -- name: enqueue_at :one
 SELECT e.job_id, e.created
-  FROM pgfleet.enqueue_job(%(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
-                           %(run_at)s, %(max_attempts)s, %(unique_key)s, %(meta)s::jsonb,
-                           %(concurrency_key)s) AS e
+  FROM pgfleet.enqueue_job(%(task)s::text, %(args)s::jsonb, %(queue)s::text,
+                           %(priority)s::int, %(run_at)s::timestamptz, %(max_attempts)s::int,
+                           %(unique_key)s::text, %(meta)s::jsonb,
+                           %(concurrency_key)s::text) AS e
 
 -- name: enqueue_many :many
 -- Rows whose unique key an unfinished job already holds are skipped here and looked up
