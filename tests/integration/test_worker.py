@@ -350,3 +350,20 @@ def test_a_timeout_is_enforced_while_the_database_is_unreachable(dsn: str) -> No
         thread.join(15)
         proxy.close()
     assert not thread.is_alive()
+
+
+def test_auto_prefetch_holds_big_args_within_its_memory_bound(dsn: str) -> None:
+    """prefetch auto lets a worker of tiny jobs claim up to 1,000 at once; with 128 KiB of
+    args per job that would hold 125 MiB in one process. The worker measures the args it
+    claims and keeps the prefetch within PREFETCH_BYTES."""
+    from pgfleet.worker.prefetch import AUTO_CLAIM_CAP, PREFETCH_BYTES
+
+    size = 128 * 1024
+    pgfleet.enqueue_many(dsn, [{"task": "noop", "args": {"blob": "x" * size}}] * 300)
+    with worker_thread(dsn, threads=2) as worker:
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pgfleet.jobs"
+                                     " WHERE state = 'succeeded'") == 300)
+        assert worker.batching.auto.args_bytes is not None
+        assert worker.batching.auto.args_bytes > size
+        prefetch = worker.batching.prefetch()
+    assert prefetch <= PREFETCH_BYTES // size < AUTO_CLAIM_CAP - 2
