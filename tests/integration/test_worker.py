@@ -367,3 +367,24 @@ def test_auto_prefetch_holds_big_args_within_its_memory_bound(dsn: str) -> None:
         assert worker.batching.auto.args_bytes > size
         prefetch = worker.batching.prefetch()
     assert prefetch <= PREFETCH_BYTES // size < AUTO_CLAIM_CAP - 2
+
+
+def test_after_a_quiet_spell_slow_jobs_are_not_all_claimed_by_one_worker(dsn: str) -> None:
+    """Outside trial T9: a worker that had measured tiny jobs, then a burst of 1 s jobs
+    after the queue went quiet: prefetch auto sized the claim by the old measure and one
+    process took 92 of 100 while the other idled. Idle for a while, a worker forgets its
+    measures and claims no more than its threads until it has measured the new jobs."""
+    from pgfleet.worker.prefetch import STALE_AFTER
+
+    pgfleet.enqueue_many(dsn, [{"task": "noop"}] * 400)
+    with worker_thread(dsn, threads=2) as first, worker_thread(dsn, threads=2) as second:
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pgfleet.jobs"
+                                     " WHERE state = 'succeeded'") == 400)
+        assert first.batching.auto.job_seconds is not None  # tiny jobs measured
+        threading.Event().wait(STALE_AFTER + 0.5)  # the queue is quiet
+        pgfleet.enqueue_many(dsn, [{"task": "sleep", "args": {"seconds": 0.3}}] * 8)
+        most = 0
+        while scalar(dsn, "SELECT count(*) FROM pgfleet.jobs WHERE state = 'succeeded'") < 408:
+            most = max(most, len(first.running), len(second.running))
+            threading.Event().wait(0.01)
+    assert most <= 2  # never more than a worker's threads: the 8 jobs were spread

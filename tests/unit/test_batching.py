@@ -6,7 +6,7 @@ from __future__ import annotations
 from pgfleet.config import Config
 from pgfleet.tasks import Registry
 from pgfleet.worker.batching import FLUSH_DELAY, Batching
-from pgfleet.worker.prefetch import AUTO_CLAIM_CAP, PREFETCH_BYTES, AutoPrefetch
+from pgfleet.worker.prefetch import AUTO_CLAIM_CAP, PREFETCH_BYTES, STALE_AFTER, AutoPrefetch
 from pgfleet.worker.settings import build_settings
 
 
@@ -73,3 +73,24 @@ def test_big_args_bound_what_is_prefetched() -> None:
     assert auto.value() == PREFETCH_BYTES // (1024 * 1024)
     auto.jobs_claimed(args_bytes=0, jobs=0)  # an empty claim tells nothing
     assert auto.value() == PREFETCH_BYTES // (1024 * 1024)
+
+
+def test_a_worker_idle_for_a_while_forgets_what_it_measured() -> None:
+    """Outside trial T9: tiny jobs measured, the queue quiet, then 100 jobs of 1 s: a
+    claim sized by the old measure took 92 of them into one of two processes. Idle for
+    STALE_AFTER, the worker starts again from no prefetch, as a new one does."""
+    auto = AutoPrefetch(threads=8)
+    auto.round_trip(0.002)
+    auto.jobs_ran([0.000005] * 50)
+    auto.jobs_claimed(args_bytes=1000, jobs=50)
+    auto.holding(40, now=100.0)
+    auto.holding(0, now=100.5)
+    auto.holding(0, now=100.5 + STALE_AFTER / 2)
+    assert auto.value() == AUTO_CLAIM_CAP - 8  # a short gap between jobs forgets nothing
+    auto.holding(3, now=102.0)
+    auto.holding(0, now=103.0)
+    auto.holding(0, now=103.0 + STALE_AFTER)
+    assert auto.value() == 0
+    assert auto.args_bytes is None
+    auto.jobs_ran([0.000005] * 8)  # measured again: prefetches again
+    assert auto.value() == AUTO_CLAIM_CAP - 8

@@ -184,6 +184,7 @@ class Worker(ChildProcess):
         while True:
             now = time.monotonic()
             self.busy = len(self.running)
+            self.batching.auto.holding(self.busy, now)
             self.beat()
             if self.parent_gone() and self.stop_mode != "quick":
                 log.warning("parent process died; stopping")

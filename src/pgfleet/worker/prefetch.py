@@ -12,6 +12,12 @@ The cap is 1,000 jobs: claims of 1,000 drained no-op jobs ~1.4x faster than clai
 (bench/drain.py), and the time bound above already keeps the prefetched work to two round
 trips. What it does not bound is memory: each claimed job's args are held until it runs,
 so the prefetch also stays within PREFETCH_BYTES of args at their measured mean size.
+
+The measures describe the jobs a worker ran last. After it has held nothing for
+STALE_AFTER they are forgotten: a queue that drained tiny jobs and then gets slow ones or
+big ones (a pause, a quiet hour, a burst from another producer) would otherwise claim up to
+the cap of them into one process while the others idle (outside trial T9: 100 jobs of 1 s
+ran in one of two processes, and 300 jobs of 1 MiB args took 668 MB in one worker).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ PREFETCH_BYTES = 16 * 1024 * 1024
 # Weight of the newest measurement in the running means.
 WEIGHT = 0.2
 ROUND_TRIPS = 2.0
+# Held nothing this long (seconds): what was measured no longer says what comes next.
+STALE_AFTER = 1.0
 
 
 def _mean(old: float | None, new: float) -> float:
@@ -38,6 +46,7 @@ class AutoPrefetch:
         self.job_seconds: float | None = None
         self.trip_seconds: float | None = None
         self.args_bytes: float | None = None
+        self.idle_since: float | None = None
 
     def jobs_ran(self, seconds: Sequence[float]) -> None:
         if seconds:
@@ -47,6 +56,15 @@ class AutoPrefetch:
         """A claim of `jobs` jobs whose args add up to `args_bytes`."""
         if jobs:
             self.args_bytes = _mean(self.args_bytes, args_bytes / jobs)
+
+    def holding(self, jobs: int, now: float) -> None:
+        """The worker holds `jobs` at `now` (each pass of its loop, before it claims)."""
+        if jobs:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = now
+        elif now - self.idle_since >= STALE_AFTER:
+            self.job_seconds = self.args_bytes = None
 
     def round_trip(self, seconds: float) -> None:
         self.trip_seconds = _mean(self.trip_seconds, seconds)
