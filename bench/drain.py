@@ -196,11 +196,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sweep, 3 rounds")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
+    parser.add_argument("--jobs", type=int, help="override the jobs drained per round")
     parser.add_argument("--output", default=str(BENCH_DIR / "results" / "drain.json"))
     args = parser.parse_args()
     params = dict(QUICK if args.quick else FULL)
     if args.rounds:
         params["rounds"] = args.rounds
+    if args.jobs:
+        params["jobs"] = args.jobs
     results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "params": params,
                                "processes": PROCESSES, "machine": machine(),
                                "started": time.strftime("%FT%T%z")}

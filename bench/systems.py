@@ -35,7 +35,7 @@ PROCESSES = 2
 SYSTEMS = ("pgfleet", "pgqueuer-asyncpg", "pgqueuer-psycopg", "bare-asyncpg")
 
 
-# Setup.batch of pgfleet with prefetch auto (claims sized by the worker, at most 100).
+# Setup.batch of pgfleet with prefetch auto (claims sized by the worker, at most 1,000).
 AUTO = 0
 
 
