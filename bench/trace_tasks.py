@@ -23,7 +23,7 @@ _local = threading.local()
 
 _on_notify = loop.Worker._on_notify
 _claim = claims.Claims.__call__
-_submit = executor.Executor.submit
+_hand = executor.Executor.hand
 
 
 def _noted_notify(self: loop.Worker, queue: str) -> None:
@@ -41,15 +41,15 @@ def _noted_claim(self: claims.Claims, conn: psycopg.Connection[Any], limit: int,
     return jobs
 
 
-def _noted_submit(self: executor.Executor, job: store.ClaimedJob, registry: Any,
-                  default_timeout: float) -> str:
-    _stamps[job.id] = (*_stamps.get(job.id, (0.0, 0.0, 0.0)), time.monotonic())
-    return _submit(self, job, registry, default_timeout)
+def _noted_hand(self: executor.Executor, running: executor.Running) -> None:
+    job_id = running.job.id
+    _stamps[job_id] = (*_stamps.get(job_id, (0.0, 0.0, 0.0)), time.monotonic())
+    _hand(self, running)
 
 
 loop.Worker._on_notify = _noted_notify  # type: ignore[method-assign]
 claims.Claims.__call__ = _noted_claim  # type: ignore[method-assign]
-executor.Executor.submit = _noted_submit  # type: ignore[method-assign]
+executor.Executor.hand = _noted_hand  # type: ignore[method-assign]
 
 
 def _db() -> psycopg.Connection[Any]:

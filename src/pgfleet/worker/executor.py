@@ -144,8 +144,10 @@ class Executor:
             thread.start()
             self.threads.append(thread)
 
-    def submit(self, job: store.ClaimedJob, registry: Registry, default_timeout: float) -> str:
-        """Queue a claimed job for the threads; returns its task label for the metrics."""
+    def admit(self, job: store.ClaimedJob, registry: Registry,
+              default_timeout: float) -> Running:
+        """Take a claimed job as held (its task looked up, an unknown one reported); `hand`
+        then gives it to the threads."""
         task = registry.get(job.task)
         if task is None:
             self.unknown_tasks.report(job, self.queue, registry.names())
@@ -153,8 +155,11 @@ class Executor:
         timeout = (task.timeout if task and task.timeout else None) or default_timeout
         running = Running(job=job, task=task, label=label, timeout=timeout)
         self.running[job.id] = running
+        return running
+
+    def hand(self, running: Running) -> None:
+        """Queue an admitted job for the threads."""
         self.todo.put(running)
-        return label
 
     def run_inline(self, job: store.ClaimedJob, registry: Registry,
                    default_timeout: float) -> Outcome:

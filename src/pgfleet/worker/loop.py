@@ -422,14 +422,19 @@ def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
     worker.empty_claims = 0 if jobs else worker.empty_claims + 1
     worker.next_notified_claim = now + notify_gap(worker.empty_claims)
     worker.events.polls += 1
-    started: Counter[str] = Counter()
-    for job in jobs:
-        started[worker.executor.submit(job, worker.s.registry, worker.s.timeout)] += 1
-    if jobs:
-        metrics.observe_many(worker.metric(metrics.job_wait, worker.s.queue),
-                             [max(0.0, job.wait_seconds) for job in jobs])
-    for label, count in started.items():
+    if not jobs:
+        return
+    # The bookkeeping goes before the jobs: a job's thread cannot start it before this
+    # thread lets go of the GIL (its next wait), so what this thread does after the first
+    # job is queued delays that job (latency_trace: 0.15 ms from submit to the wait).
+    admitted = [worker.executor.admit(job, worker.s.registry, worker.s.timeout)
+                for job in jobs]
+    metrics.observe_many(worker.metric(metrics.job_wait, worker.s.queue),
+                         [max(0.0, job.wait_seconds) for job in jobs])
+    for label, count in Counter(running.label for running in admitted).items():
         worker.metric(metrics.jobs_started, worker.s.queue, label).inc(count)
+    for running in admitted:
+        worker.executor.hand(running)
 
 
 def _shut_down(worker: Worker) -> None:
