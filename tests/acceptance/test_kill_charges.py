@@ -141,3 +141,34 @@ def test_a_graceful_stop_withdraws_prefetched_jobs_uncharged(
     # The sleeper was started and given back four times: its refunds are capped at 3.
     assert found[sleeper][2] == 3, found[sleeper]
     assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = ANY(%s)", (prefetched,)) == 0
+
+
+def test_a_graceful_stop_gives_back_prefetched_jobs_at_once_and_finishes_the_running_one(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    """Outside trial T9: a TERM let a worker run the jobs it had claimed ahead within
+    shutdown_timeout, so a stop (a deploy) waited for up to 1,000 of them while other
+    workers could have taken them. Now they go back when the stop is asked for; the job a
+    thread is running still gets shutdown_timeout to finish."""
+    ids = pgfleet.enqueue_many(dsn, [{"task": "sleep", "args": {"seconds": 3},
+                                      "priority": -1},
+                                     *[{"task": "noop"}] * 5])
+    sleeper, prefetched = ids[0], ids[1:]
+    f = fleet({"default": {"processes": 1, "threads": 1, "prefetch": 10}},
+              supervisor={"shutdown_timeout": "30s"})
+    f.wait_workers(1)
+    wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s"
+                                 " AND event = 'started'", (sleeper,)) == 1)
+    assert scalar(dsn, "SELECT count(*) FROM pgfleet.jobs WHERE state = 'running'") == 6
+    f.signal(signal.SIGTERM)
+    # Back in the queue while the sleeper still runs: not after it.
+    wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pgfleet.jobs"
+                                 " WHERE id = ANY(%s) AND state = 'queued'", (prefetched,)) == 5)
+    assert rows(dsn, [sleeper])[sleeper][0] == "running"
+    assert f.wait(30) == 0
+    found = rows(dsn, ids)
+    assert found[sleeper][:2] == ("succeeded", 1), found[sleeper]
+    for job_id in prefetched:
+        assert found[job_id][:4] == ("queued", 0, 0, 0), (job_id, found[job_id])
+    assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = ANY(%s)", (prefetched,)) == 0
+    assert "withdrew 5 job(s) no thread had started" in f.log(), f.log()[-2000:]

@@ -80,6 +80,8 @@ class Running:
     thread_id: int | None = None
     interrupted: bool = False
     lost: bool = False  # the row is no longer held by this worker at this attempt
+    # Given back before any thread started it (a stopping worker): it has no outcome.
+    withdrawn: bool = False
     control: context.JobControl = field(default_factory=context.JobControl)
     progress_written_at: float = 0.0  # the main thread's throttle of progress writes
     # The task's return value, kept as soon as it returns: an interrupt that lands after
@@ -198,10 +200,16 @@ class Executor:
                 if running is None:
                     self.loops.close()
                     return
+                if running.withdrawn:
+                    continue
                 if note is not None:
                     note(index, running.job.id)
-                put(self._execute(running))
-                wake()
+                outcome = self._execute(running)
+                # Withdrawn while this thread was taking it: it raised LeaseLost before any
+                # task code, and its row is already back in the queue.
+                if not running.withdrawn:
+                    put(outcome)
+                    wake()
             except (JobTimeout, LeaseLost, WorkerStopping, Cancelled):
                 # An interrupt that landed just after its job had ended: nothing to do.
                 continue
@@ -326,14 +334,14 @@ class Executor:
         return late, stuck
 
     def withdraw_waiting(self) -> set[int]:
-        """Mark every job no thread has started as lost, so a thread that takes it later
-        raises LeaseLost before any task code; returns their ids. Under the guard, against
-        a thread starting one of them right now."""
+        """Mark every job no thread has started as withdrawn, so a thread that takes it
+        later skips it (or raises LeaseLost before any task code) and reports no outcome;
+        returns their ids. Under the guard, against a thread starting one right now."""
         withdrawn = set()
         with self.guard:
             for job_id, running in self.running.items():
                 if not running.started:
-                    running.lost = True
+                    running.lost = running.withdrawn = True
                     withdrawn.add(job_id)
         return withdrawn
 

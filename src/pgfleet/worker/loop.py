@@ -235,6 +235,8 @@ class Worker(ChildProcess):
             if self.conn is None or self.conn.closed:
                 self._connect()
             self._flush()
+            if self.stop_mode == "graceful":
+                self._withdraw_waiting()
             if self.leases.due(now):
                 self._renew()
             self.control.database_work(self.conn, now)
@@ -352,6 +354,20 @@ class Worker(ChildProcess):
             # After the accounting: a failed job requeued without delay can come back in
             # this very claim, under the same id.
             _hand_out(self, flushed.claimed, flushed.claim_limit)
+
+    def _withdraw_waiting(self) -> None:
+        """A graceful stop lets the jobs that threads are running finish, and gives back at
+        once, uncharged, those claimed ahead that no thread has started: they would
+        otherwise hold the stop (and the deploy) for up to shutdown_timeout, while another
+        worker could run them now. Retried on the next pass if the database is away."""
+        assert self.conn is not None
+        ids = self.executor.withdraw_waiting()
+        if not ids:
+            return
+        back = store.withdraw(self.conn, worker=self.s.worker_id, ids=sorted(ids))
+        log.info("withdrew %d job(s) no thread had started: %s", len(back), back)
+        for job_id in ids:
+            self.executor.release(job_id)
 
     def _renew(self) -> None:
         assert self.conn is not None
