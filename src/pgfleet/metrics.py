@@ -33,7 +33,9 @@ UNKNOWN_TASK_LABEL = "unknown"
 jobs_enqueued = Counter(
     "pgfleet_jobs_enqueued", "Jobs created (by anyone), counted from the database.", ["queue"]
 )
-jobs_started = Counter("pgfleet_jobs_started", "Jobs a worker started.", ["queue", "task"])
+jobs_started = Counter("pgfleet_jobs_started",
+                       "Jobs a worker took to run, counted when claimed (prefetched ones too).",
+                       ["queue", "task"])
 jobs_finished = Counter(
     "pgfleet_jobs_finished",
     "Job attempts that ended, by outcome (succeeded, failed, timed_out, crashed, dead,"

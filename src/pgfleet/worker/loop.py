@@ -172,7 +172,7 @@ class Worker(ChildProcess):
             raise
         finally:
             metrics.workers.labels(self.s.queue).dec()
-            self._shutdown()
+            _shut_down(self)
             watchdog.set()
             if threading.current_thread() is threading.main_thread():
                 # A stuck job's processes must not outlive this process, which may end
@@ -236,7 +236,7 @@ class Worker(ChildProcess):
                 self._connect()
             self._flush()
             if self.stop_mode == "graceful":
-                self._withdraw_waiting()
+                _withdraw_waiting(self)
             if self.leases.due(now):
                 self._renew()
             self.control.database_work(self.conn, now)
@@ -355,20 +355,6 @@ class Worker(ChildProcess):
             # this very claim, under the same id.
             _hand_out(self, flushed.claimed, flushed.claim_limit)
 
-    def _withdraw_waiting(self) -> None:
-        """A graceful stop lets the jobs that threads are running finish, and gives back at
-        once, uncharged, those claimed ahead that no thread has started: they would
-        otherwise hold the stop (and the deploy) for up to shutdown_timeout, while another
-        worker could run them now. Retried on the next pass if the database is away."""
-        assert self.conn is not None
-        ids = self.executor.withdraw_waiting()
-        if not ids:
-            return
-        back = store.withdraw(self.conn, worker=self.s.worker_id, ids=sorted(ids))
-        log.info("withdrew %d job(s) no thread had started: %s", len(back), back)
-        for job_id in ids:
-            self.executor.release(job_id)
-
     def _renew(self) -> None:
         assert self.conn is not None
         self.leases.renew(self.conn, self.executor)
@@ -413,11 +399,6 @@ class Worker(ChildProcess):
             self.notified = True
             self.wakeup.poke()
 
-    # ---- stopping ------------------------------------------------------------------------
-
-    def _shutdown(self) -> None:
-        _shut_down(self)
-
 
 def _write_last_progress(worker: Worker, conn: psycopg.Connection[Any]) -> None:
     """A report made in a task's last second is still unwritten: it goes before the
@@ -425,6 +406,21 @@ def _write_last_progress(worker: Worker, conn: psycopg.Connection[Any]) -> None:
     its own that only tasks which report progress pay."""
     store.write_progress(conn, worker=worker.s.worker_id,
                          reports=worker.executor.last_progress(worker.completer.pending))
+
+
+def _withdraw_waiting(worker: Worker) -> None:
+    """A graceful stop lets the jobs that threads are running finish, and gives back at
+    once, uncharged, those claimed ahead that no thread has started: they would otherwise
+    hold the stop (and the deploy) for up to shutdown_timeout, while another worker could
+    run them now. Retried on the next pass if the database is away."""
+    assert worker.conn is not None
+    ids = worker.executor.withdraw_waiting()
+    if not ids:
+        return
+    back = store.withdraw(worker.conn, worker=worker.s.worker_id, ids=sorted(ids))
+    log.info("withdrew %d job(s) no thread had started: %s", len(back), back)
+    for job_id in ids:
+        worker.executor.release(job_id)
 
 
 def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
