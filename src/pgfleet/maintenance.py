@@ -21,6 +21,7 @@ from pgfleet.db_child import DatabaseChild
 from pgfleet.errors import DatabaseUnavailable
 from pgfleet.lease_watch import LeaseWatch
 from pgfleet.supervisor.beacon import Beacon
+from pgfleet.supervisor.exit_codes import EXIT_OK, EXIT_RESCUE_FAILED
 from pgfleet.supervisor.failed_queues import UNREAD, FailedQueues
 from pgfleet.supervisor.rescue_pipe import RescueReader, RescueRequest
 
@@ -72,12 +73,40 @@ class Maintenance(DatabaseChild):
                 log.info("maintenance reconnected to the database")
         # Last requests (a worker killed during shutdown) are still honoured.
         self.read_requests(0.0)
-        try:
-            self._rescue_requested()
-        except (psycopg.Error, DatabaseUnavailable) as exc:
-            log.warning("final rescue failed: %s", scrub(str(exc).strip(), self.dsn))
+        rescued = self._final_rescue()
         self._unregister()
-        return 0
+        return EXIT_OK if rescued else EXIT_RESCUE_FAILED
+
+    def _final_rescue(self) -> bool:
+        """Give back what the stopped workers held, waiting for the database while it is
+        away: a job left leased is rescued by a lease watch only after a whole lease, and
+        charged, so prefetched jobs that never ran could end dead (outside trial T10: a
+        stop during an outage). Waits up to a lease; the supervisor's stop deadline may
+        end this process first. False if the jobs were not given back."""
+        until = time.monotonic() + self.config.supervisor.lease
+        while True:
+            try:
+                self._rescue_requested()
+                return True
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                self.drop_connection()
+                left = until - time.monotonic()
+                if left <= 0 or self.parent_gone():
+                    log.warning("final rescue failed: %s; the jobs of %d stopped worker(s) "
+                                "wait for their lease", scrub(str(exc).strip(), self.dsn),
+                                len(self.to_rescue))
+                    return False
+                delay = min(self.reconnect.failed(), left)
+                self.reconnect.report(log, "final rescue failed", first_line(exc, self.dsn),
+                                      delay)
+                self._sleep_beating(delay)
+
+    def _sleep_beating(self, seconds: float) -> None:
+        """Wait `seconds`, beating; unlike pause(), also while stopping."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0 and not self.parent_gone():
+            self.beat()
+            self.wakeup.wait(min(left, BEAT_EVERY))
 
     def read_requests(self, wait: float) -> None:
         """Wait up to `wait` seconds (beating) for the arbiter to name dead workers on the

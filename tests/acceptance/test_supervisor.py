@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgfleet
 from pgfleet.supervisor.exit_codes import EXIT_CRASHED
@@ -326,3 +327,68 @@ def test_an_arbiter_failure_stops_the_children_and_exits_non_zero(
     text = (tmp_path / "fleet.log").read_text()
     assert "supervisor failed; stopping its children" in text
     assert text.count("RuntimeError: injected arbiter failure") == 1
+
+
+def test_an_int_after_a_term_is_a_quick_stop_not_a_kill(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    """Outside trial T10: an INT during a graceful stop was taken for a second signal and
+    SIGKILLed every child, so the running job stayed leased until another host's lease
+    watch charged it. Each stop signal now goes one step harder: TERM, then quick."""
+    f = fleet({"default": {"processes": 1}}, supervisor={"shutdown_timeout": "60s"})
+    f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "spin", {"seconds": 120}, max_attempts=1)
+    wait_for(lambda: started(dsn, job_id) == 1)
+    f.signal(signal.SIGTERM)
+    wait_for(lambda: "stopping gracefully" in f.log())
+    f.signal(signal.SIGINT)
+    assert f.wait(30) == 0
+    record = job(dsn, job_id)
+    # Given back at once, refunded, as a quick stop does: not dead, not left running.
+    assert (record["state"], record["attempt"]) == ("queued", 1), record
+    assert record["last_error"] == "given back: the worker stopped (attempt refunded)"
+    log = f.log()
+    assert "SIGINT: quick stop" in log and "killing every child" not in log, log[-2000:]
+
+
+def test_a_third_stop_signal_kills_the_workers_and_their_jobs_are_given_back(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    """A job blocked in C ignores the quick stop's interrupt; one more signal kills the
+    workers, and the maintenance process gives their jobs back (charged: a killed thread
+    may have been anywhere) instead of leaving them leased for a whole lease."""
+    f = fleet({"default": {"processes": 1, "kill_grace": "60s"}},
+              supervisor={"shutdown_timeout": "60s", "lease": "120s"})
+    f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 120}, max_attempts=3)
+    wait_for(lambda: started(dsn, job_id) == 1)
+    f.signal(signal.SIGTERM)
+    wait_for(lambda: "stopping gracefully" in f.log())
+    f.signal(signal.SIGTERM)
+    wait_for(lambda: "quick stop" in f.log())
+    f.signal(signal.SIGTERM)
+    assert f.wait(30) == 0
+    record = job(dsn, job_id)
+    assert (record["state"], record["attempt"]) == ("queued", 1), record
+    assert record["last_error"] == "worker died: SIGKILL (stop signal repeated)", record
+    assert "killing the workers" in f.log(), f.log()[-2000:]
+
+
+def test_a_term_during_the_start_up_checks_stops_cleanly(
+    dsn: str, fleet: Callable[..., Fleet], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outside trial T10: a TERM in the first seconds (while the checks import the task
+    modules) killed the supervisor by the default action: exit 143, nothing logged. The
+    stop is now kept for the supervisor, which stops before starting any child."""
+    marker = tmp_path / "importing"
+    monkeypatch.setenv("PGFLEET_TEST_SLOW_IMPORT", str(marker))
+    f = fleet({"default": {"processes": 1}},
+              tasks=["tests.support.jobtasks", "tests.support.slow_import"],
+              schedules={"nightly": {"cron": "0 3 * * *", "task": "slow_import.noop"}})
+    wait_for(marker.exists)
+    f.signal(signal.SIGTERM)
+    assert f.wait(30) == 0, f.log()[-2000:]
+    log = f.log()
+    assert "SIGTERM: stopping gracefully" in log and "supervisor stopped" in log, log[-2000:]
+    assert "spawned" not in log, log[-2000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -46,6 +47,12 @@ def supervise(path: str, config: Config, dsn: str,
     """Check the file's last details and run the supervisor until it stops; exits with
     its code. `adjust` changes the config as read, now and at every reload (`pgfleet
     dev` adds its web UI that way)."""
+    # A stop asked for during the checks below (they import the task modules, which may
+    # take seconds) is kept for the supervisor, not left to the default action: that ended
+    # the process with 143 and no word in its log (outside trial T10).
+    early: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
     if adjust is not None:
         config = adjust(config)
     report(*check_in_child(config))
@@ -56,7 +63,7 @@ def supervise(path: str, config: Config, dsn: str,
         # Imported only now: prometheus-client reads PROMETHEUS_MULTIPROC_DIR at import.
         from pgfleet.supervisor.arbiter import Supervisor
 
-        code = Supervisor(path, config, dsn, adjust=adjust).run()
+        code = Supervisor(path, config, dsn, adjust=adjust, signals=early).run()
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     sys.exit(code)

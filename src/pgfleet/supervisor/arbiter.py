@@ -8,7 +8,6 @@ handler ever runs in the middle of a fork or a waitpid.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import random
@@ -25,6 +24,7 @@ from prometheus_client import multiprocess
 from pgfleet import metrics
 from pgfleet.child import run_child, set_title
 from pgfleet.config import Config, ConfigError, load_config
+from pgfleet.supervisor import stopping
 from pgfleet.supervisor.beacon import BeaconBoard
 from pgfleet.supervisor.children import (
     Identity,
@@ -39,19 +39,19 @@ from pgfleet.supervisor.draining import Draining
 from pgfleet.supervisor.exit_codes import (
     EXIT_CRASHED,
     EXIT_OK,
+    EXIT_RESCUE_FAILED,
     child_exit_reason,
     signal_name,
 )
 from pgfleet.supervisor.process_groups import become_subreaper
 from pgfleet.supervisor.rescue_pipe import RescuePipe
 from pgfleet.supervisor.restarts import Restarts
+from pgfleet.supervisor.stopping import STOP_MARGIN, signal_child as _kill
 
 log = logging.getLogger("pgfleet.supervisor")
 
 BOARD_SLOTS = 4096
 LOOP_TICK = 0.2
-# After this much time beyond the shutdown timeout, the stop turns into SIGKILL.
-STOP_MARGIN = 5.0
 
 SINGLETONS = ("maintenance", "scheduler", "exporter", "web")
 
@@ -72,7 +72,8 @@ class Child:
 
 class Supervisor:
     def __init__(self, config_path: str | Path, config: Config, dsn: str,
-                 adjust: Callable[[Config], Config] | None = None) -> None:
+                 adjust: Callable[[Config], Config] | None = None,
+                 signals: list[int] | None = None) -> None:
         self.config_path = str(config_path)
         # Applied to every config read again on HUP, as it was to the first one.
         self.adjust = adjust
@@ -86,8 +87,10 @@ class Supervisor:
         # Queues whose next worker publishes the enqueue defaults (pgfleet.defaults).
         self.unpublished = set(config.queues)
         self.extra_processes = 0
-        self.signals: list[int] = []
+        # Signals not yet handled: those that came before run() (pgfleet.cli.run) first.
+        self.signals: list[int] = signals if signals is not None else []
         self.stopping: str | None = None
+        self.exit_code = EXIT_OK  # EXIT_RESCUE_FAILED once maintenance says so
         self.stop_deadline = 0.0
         self.board = BeaconBoard(BOARD_SLOTS)
         self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
@@ -114,10 +117,8 @@ class Supervisor:
             if sig == signal.SIGCHLD:
                 continue
             name = signal_name(sig)
-            if sig == signal.SIGTERM:
-                self._begin_stop("graceful" if not self.stopping else "kill", name)
-            elif sig in (signal.SIGINT, signal.SIGQUIT):
-                self._begin_stop("quick" if not self.stopping else "kill", name)
+            if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+                stopping.begin(self, stopping.next_stop(self.stopping, sig), name)
             elif sig == signal.SIGHUP and not self.stopping:
                 self._reload()
             elif sig in (signal.SIGTTIN, signal.SIGTTOU) and not self.stopping:
@@ -140,8 +141,12 @@ class Supervisor:
             log.exception("supervisor failed; stopping its children")
             self._stop_children_now()
             return EXIT_CRASHED
-        log.info("supervisor stopped")
-        return EXIT_OK
+        if self.exit_code == EXIT_RESCUE_FAILED:
+            log.warning("supervisor stopped; the jobs of some stopped workers could not be "
+                        "given back and wait for their lease")
+        else:
+            log.info("supervisor stopped")
+        return self.exit_code
 
     def _loop(self) -> None:
         while True:
@@ -149,7 +154,7 @@ class Supervisor:
             self._reap()
             self.draining.step()
             if self.stopping:
-                if self._stop_step():
+                if stopping.step(self):
                     break
             else:
                 self._check_heartbeats()
@@ -203,7 +208,7 @@ class Supervisor:
         wanted_set = set(wanted)
         for child in self.children.values():
             if not child.retiring and child.slot not in wanted_set:
-                self._retire(child, "no longer configured")
+                self.retire(child, "no longer configured")
             elif child.slot.kind == "worker":
                 # The `2/4` of its process title follows TTIN, TTOU and reloads.
                 self.board.set_peers(child.board_index, self._worker_count(child.slot))
@@ -263,6 +268,9 @@ class Supervisor:
         slot = child.slot
         was_ready = self.board.was_ready(child.board_index)
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
+        if (slot.kind == "maintenance" and os.WIFEXITED(status)
+                and os.WEXITSTATUS(status) == EXIT_RESCUE_FAILED):
+            self.exit_code = EXIT_RESCUE_FAILED
         if slot.kind == "worker":
             # What its jobs started may still run: the jobs wait for the group to empty.
             # Which jobs its threads were running is read now, before the slot is reused.
@@ -316,61 +324,12 @@ class Supervisor:
         self.restarts.reset()
         self.unpublished = set(self.config.queues)
         for child in list(self.children.values()):
-            self._retire(child, "reload")
+            self.retire(child, "reload")
 
-    def _retire(self, child: Child, why: str) -> None:
+    def retire(self, child: Child, why: str) -> None:
         child.retiring = True
         log.info("retiring %s pid %d (%s)", label(child.slot), child.pid, why)
         _kill(child.pid, signal.SIGTERM)
-
-    # ---- stopping --------------------------------------------------------------------
-
-    def _begin_stop(self, mode: str, signame: str) -> None:
-        self.stopping = mode
-        if mode == "graceful":
-            self.stop_deadline = (time.monotonic() + self.config.supervisor.shutdown_timeout
-                                  + STOP_MARGIN)
-            log.info("%s: stopping gracefully (running jobs get %.0fs)", signame,
-                     self.config.supervisor.shutdown_timeout)
-            self._signal_kind("worker", signal.SIGTERM)
-        elif mode == "quick":
-            self.stop_deadline = time.monotonic() + STOP_MARGIN
-            log.info("%s: quick stop (running jobs are given back)", signame)
-            self._signal_kind("worker", signal.SIGINT)
-        else:
-            log.warning("%s again: killing every child", signame)
-            for pid in list(self.children):
-                _kill(pid, signal.SIGKILL)
-
-    def _stop_step(self) -> bool:
-        """Workers first; the helpers stop once no worker is left, so the maintenance
-        process can still give back the jobs of a worker killed at the deadline."""
-        if time.monotonic() > self.stop_deadline and self.stopping != "kill":
-            log.warning("children still running at the stop deadline; killing them")
-            self.stopping = "kill"
-            for child in self.children.values():
-                if child.slot.kind == "worker":
-                    child.killed_for = "shutdown deadline"
-                    _kill(child.pid, signal.SIGKILL)
-            self.stop_deadline = time.monotonic() + STOP_MARGIN
-        if self.stopping == "kill" and time.monotonic() > self.stop_deadline:
-            for pid in list(self.children):
-                _kill(pid, signal.SIGKILL)
-        if any(c.slot.kind == "worker" for c in self.children.values()):
-            return False
-        if self.draining and time.monotonic() <= self.stop_deadline + STOP_MARGIN:
-            return False  # maintenance must stay for their rescue
-        self.draining.give_up()
-        for child in self.children.values():
-            if not child.retiring:
-                self._retire(child, "stop")
-        return not self.children
-
-    def _signal_kind(self, kind: str, sig: int) -> None:
-        for child in self.children.values():
-            if child.slot.kind == kind:
-                _kill(child.pid, sig)
-
 
 def scaled(extra: int, sig: int, config: Config) -> int:
     """The workers every queue runs beyond its config after TTIN (one more) or TTOU (one
@@ -382,15 +341,6 @@ def scaled(extra: int, sig: int, config: Config) -> int:
     log.info("%s: every queue now runs %+d worker(s) beyond its config",
              signal_name(sig), extra)
     return extra
-
-
-def _kill(pid: int, sig: int) -> None:
-    """Signal a child; one that has just exited (not reaped yet) is not an error."""
-    try:
-        os.kill(pid, sig)
-    except OSError as exc:
-        if exc.errno != errno.ESRCH:
-            raise
 
 
 def _kill_quietly(pid: int, sig: int) -> None:

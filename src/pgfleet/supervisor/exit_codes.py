@@ -15,6 +15,9 @@ EXIT_START_FAILED = 66
 EXIT_LEASE_LOST = 67
 # The supervisor went away and the child did not stop by itself within its grace.
 EXIT_PARENT_GONE = 68
+# Maintenance could not give back the jobs of stopped workers before it had to stop (the
+# database away): they wait for their lease. The supervisor then exits with it too.
+EXIT_RESCUE_FAILED = 69
 # An unexpected exception reached a process's top-level guard (EX_SOFTWARE).
 EXIT_CRASHED = 70
 
@@ -45,6 +48,7 @@ def exit_reason(status: int, killed_for: str | None) -> tuple[str, str]:
         EXIT_TIMEOUT: ("job timeout", "timeout"),
         EXIT_START_FAILED: ("start-up failed", "start_failed"),
         EXIT_LEASE_LOST: ("could not renew its leases", "lease_lost"),
+        EXIT_RESCUE_FAILED: ("could not give back the jobs of stopped workers", "exited"),
     }
     return words.get(code, (f"exit code {code}", "crashed"))
 

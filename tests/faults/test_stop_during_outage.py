@@ -1,0 +1,71 @@
+"""A graceful stop that meets a database outage (outside trial T10): the workers give up
+their leases and exit, and the maintenance process used to try its final rescue once,
+fail, and exit; the supervisor exited 0 and the jobs stayed `running` until another
+host's lease watch charged them, so prefetched jobs that never ran ended dead. The final
+rescue now waits for the database (up to a lease, within the stop's deadline)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+import pytest
+
+from pgfleet.supervisor.exit_codes import EXIT_RESCUE_FAILED
+from tests.faults.conftest import Db
+from tests.faults.helpers import enqueue, job_row
+from tests.support.fleet import Fleet, settle
+from tests.support.workers import scalar, wait_for
+
+pytestmark = pytest.mark.faults
+
+# A lease of a few seconds, so the workers give up during a short outage.
+SHORT_LEASE = {"heartbeat_interval": "0.3s", "stale_after": "2s", "lease": "6s",
+               "shutdown_timeout": "30s"}
+NOT_CHARGED = "(not running its task: not charged)"
+
+
+def _start(db: Db, cfleet: Callable[..., Fleet], **supervisor: str) -> tuple[Fleet, list[int]]:
+    f = cfleet({"default": {"processes": 1, "threads": 1, "prefetch": 10,
+                            "kill_grace": "1s"}}, supervisor={**SHORT_LEASE, **supervisor})
+    f.wait_workers(1)
+    ids = enqueue(db.dsn, [{"task": "spin", "args": {"seconds": 60}, "priority": -1},
+                           *[{"task": "noop", "max_attempts": 1}] * 5])
+    wait_for(lambda: scalar(db.dsn, "SELECT count(*) FROM pgfleet.jobs"
+                                    " WHERE state = 'running'") == 6)
+    return f, ids
+
+
+def test_a_stop_during_an_outage_gives_the_jobs_back_once_the_database_returns(
+        db: Db, cfleet: Callable[..., Fleet]) -> None:
+    f, ids = _start(db, cfleet)
+    spinner, prefetched = ids[0], ids[1:]
+    db.cluster.stop("fast")
+    try:
+        f.signal(signal.SIGTERM)
+        wait_for(lambda: "could not renew its leases" in f.log(), timeout=30)
+        settle(2)  # the final rescue meets the database down at least once
+    finally:
+        db.cluster.start()
+    assert f.wait(60) == 0, f.log()[-3000:]
+    for job_id in prefetched:
+        row = job_row(db.dsn, job_id)
+        assert (row["state"], row["attempt"]) == ("queued", 0), (job_id, row)
+        assert row["last_error"].endswith(NOT_CHARGED), row
+    row = job_row(db.dsn, spinner)
+    assert (row["state"], row["attempt"]) == ("queued", 1), row
+    assert row["last_error"].endswith("(attempt refunded)"), row
+
+
+def test_a_stop_that_cannot_give_the_jobs_back_says_so_and_exits_non_zero(
+        db: Db, cfleet: Callable[..., Fleet]) -> None:
+    """The database stays away past the stop's deadline: the jobs wait for their lease,
+    and the supervisor does not pretend otherwise."""
+    f, _ = _start(db, cfleet, shutdown_timeout="3s")
+    db.cluster.stop("fast")
+    try:
+        f.signal(signal.SIGTERM)
+        assert f.wait(60) == EXIT_RESCUE_FAILED, f.log()[-3000:]
+    finally:
+        db.cluster.start()
+    assert "wait for their lease" in f.log(), f.log()[-3000:]
