@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import subprocess
 import sys
 import threading
@@ -12,7 +13,14 @@ import pytest
 
 import pgfleet
 from pgfleet import store
-from tests.support.workers import scalar, states, wait_for, worker_process, worker_thread
+from tests.support.workers import (
+    TASKS,
+    scalar,
+    states,
+    wait_for,
+    worker_process,
+    worker_thread,
+)
 
 
 def audit_counts(dsn: str) -> dict[int, int]:
@@ -388,3 +396,27 @@ def test_after_a_quiet_spell_slow_jobs_are_not_all_claimed_by_one_worker(dsn: st
             most = max(most, len(first.running), len(second.running))
             threading.Event().wait(0.01)
     assert most <= 2  # never more than a worker's threads: the 8 jobs were spread
+
+
+def test_slow_jobs_claimed_ahead_behind_tiny_ones_are_given_back(
+        dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Outside trials T9 and T10: slow jobs right behind a backlog of tiny ones were
+    claimed in one large claim, sized by the tiny jobs, and ran one after another in that
+    process while another idled (100 jobs of 1 s: 111 s instead of ~55). Once the jobs it
+    holds turn out slow, prefetch auto gives back those no thread has started."""
+    ids = pgfleet.enqueue_many(dsn, [*[{"task": "tiny"}] * 3000,
+                                     *[{"task": "sleep", "args": {"seconds": 0.5}}] * 12])
+    slow = set(ids[3000:])
+    caplog.set_level(logging.INFO, logger="pgfleet.worker")
+    with worker_thread(dsn, threads=1, modules=(TASKS, "tests.support.tinytasks")):
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pgfleet.jobs"
+                                     " WHERE state = 'succeeded'") == len(ids), timeout=60)
+    given = [set(map(int, re.findall(r"\d+", r.getMessage().split(":", 1)[1])))
+             for r in caplog.records if r.getMessage().startswith("withdrew ")]
+    assert given and all(back <= slow for back in given), given
+    assert len(given[0]) >= 5  # the rest of its claim, after the first slow jobs
+    # Given back uncharged, and each ran once.
+    assert scalar(dsn, "SELECT max(attempt) FROM pgfleet.jobs WHERE id = ANY(%s)",
+                  (list(slow),)) == 1
+    assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = ANY(%s)"
+                       " AND event = 'started'", (list(slow),)) == len(slow)

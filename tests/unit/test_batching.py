@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pgfleet.config import Config
 from pgfleet.tasks import Registry
-from pgfleet.worker.batching import FLUSH_DELAY, Batching
+from pgfleet.worker.batching import FLUSH_DELAY, GIVE_BACK_EVERY, GIVE_BACK_SECONDS, Batching
 from pgfleet.worker.prefetch import AUTO_CLAIM_CAP, PREFETCH_BYTES, STALE_AFTER, AutoPrefetch
 from pgfleet.worker.settings import build_settings
 
@@ -94,3 +94,25 @@ def test_a_worker_idle_for_a_while_forgets_what_it_measured() -> None:
     assert auto.args_bytes is None
     auto.jobs_ran([0.000005] * 8)  # measured again: prefetches again
     assert auto.value() == AUTO_CLAIM_CAP - 8
+
+
+def test_auto_gives_back_only_what_is_a_second_of_work_beyond_what_it_wants() -> None:
+    """Batching.held_too_long: prefetch auto gives back jobs claimed ahead once they turn
+    out slow, not a few fast ones (a give-back costs a round trip and a claim again)."""
+    batching = Batching(threads=2, prefetch=None, poll_interval=1.0)
+    batching.auto.round_trip(0.002)
+    batching.auto.jobs_ran([0.5])  # slow jobs: auto wants none ahead
+    assert batching.prefetch() == 0
+    work = GIVE_BACK_SECONDS * 2 / 0.5  # jobs of 0.5 s that are a second per thread
+    assert not batching.held_too_long(int(work) - 1, now=100.0)
+    assert batching.held_too_long(int(work), now=100.0)
+    # Once per GIVE_BACK_EVERY at most.
+    assert not batching.held_too_long(50, now=100.0 + GIVE_BACK_EVERY / 2)
+    assert batching.held_too_long(50, now=100.0 + GIVE_BACK_EVERY)
+    fast = Batching(threads=2, prefetch=None, poll_interval=1.0)
+    fast.auto.round_trip(0.002)
+    fast.auto.jobs_ran([0.001])  # fast jobs: 30 of them beyond auto's 4 is no reason
+    assert not fast.held_too_long(fast.prefetch() + 30, now=100.0)
+    fixed = Batching(threads=2, prefetch=50, poll_interval=1.0)
+    fixed.auto.jobs_ran([0.5])  # a fixed prefetch is the operator's choice: kept
+    assert not fixed.held_too_long(50, now=100.0)

@@ -17,6 +17,10 @@ from pgfleet.worker.prefetch import AutoPrefetch
 
 # The longest an outcome waits for company before its flush.
 FLUSH_DELAY = 0.02
+# prefetch auto gives back jobs it claimed ahead once they are this much work (seconds, per
+# thread) beyond what it wants now, and looks again after GIVE_BACK_EVERY seconds.
+GIVE_BACK_SECONDS = 1.0
+GIVE_BACK_EVERY = 1.0
 
 
 class Batching:
@@ -25,9 +29,28 @@ class Batching:
         self.fixed = prefetch  # None: auto
         self.auto = AutoPrefetch(threads)
         self.cursor = ClaimCursor(poll_interval)
+        self.next_give_back = 0.0
 
     def prefetch(self) -> int:
         return self.auto.value() if self.fixed is None else self.fixed
+
+    def held_too_long(self, waiting: int, now: float) -> bool:
+        """Should prefetch auto give back some of the `waiting` jobs no thread has
+        started? A claim is sized by the jobs measured before it; when the jobs turn out
+        slow, those claimed ahead would run one after another in this process while other
+        processes idle (outside trials T9 and T10: 100 jobs of 1 s behind tiny ones ran in
+        one of two processes, 111 s instead of ~55). Only beyond what auto wants now, only
+        when the excess is at least GIVE_BACK_SECONDS of work for this worker's threads (a
+        give-back is a round trip, and the jobs are claimed again), and once per
+        GIVE_BACK_EVERY at most."""
+        if self.fixed is not None or now < self.next_give_back:
+            return False
+        excess = waiting - self.prefetch()
+        seconds = self.auto.job_seconds
+        if excess <= 0 or seconds is None or excess * seconds < GIVE_BACK_SECONDS * self.threads:
+            return False
+        self.next_give_back = now + GIVE_BACK_EVERY
+        return True
 
     def capacity(self) -> int:
         """Jobs a worker holds at most: running, queued for a thread, or awaiting commit."""

@@ -333,16 +333,22 @@ class Executor:
                 stuck.append(running)
         return late, stuck
 
-    def withdraw_waiting(self) -> set[int]:
-        """Mark every job no thread has started as withdrawn, so a thread that takes it
-        later skips it (or raises LeaseLost before any task code) and reports no outcome;
-        returns their ids. Under the guard, against a thread starting one right now."""
+    def withdraw_waiting(self, keep: int = 0) -> set[int]:
+        """Mark the jobs no thread has started as withdrawn, all but the first `keep` of
+        them in claim order, so a thread that takes one later skips it (or raises LeaseLost
+        before any task code) and reports no outcome. Returns the ids of every withdrawn
+        job still held (those of an earlier call whose give-back failed included). Under
+        the guard, against a thread starting one right now."""
         withdrawn = set()
         with self.guard:
             for job_id, running in self.running.items():
-                if not running.started:
-                    running.lost = running.withdrawn = True
-                    withdrawn.add(job_id)
+                if running.started:
+                    continue
+                if not running.withdrawn and keep > 0:
+                    keep -= 1
+                    continue
+                running.lost = running.withdrawn = True
+                withdrawn.add(job_id)
         return withdrawn
 
     def cancel(self, running: Running) -> None:

@@ -237,6 +237,8 @@ class Worker(ChildProcess):
             self._flush()
             if self.stop_mode == "graceful":
                 _withdraw_waiting(self)
+            elif self.batching.held_too_long(self.executor.todo.qsize(), now):
+                _withdraw_waiting(self, keep=self.batching.prefetch())
             if self.leases.due(now):
                 self._renew()
             self.control.database_work(self.conn, now)
@@ -408,13 +410,14 @@ def _write_last_progress(worker: Worker, conn: psycopg.Connection[Any]) -> None:
                          reports=worker.executor.last_progress(worker.completer.pending))
 
 
-def _withdraw_waiting(worker: Worker) -> None:
-    """A graceful stop lets the jobs that threads are running finish, and gives back at
-    once, uncharged, those claimed ahead that no thread has started: they would otherwise
-    hold the stop (and the deploy) for up to shutdown_timeout, while another worker could
-    run them now. Retried on the next pass if the database is away."""
+def _withdraw_waiting(worker: Worker, keep: int = 0) -> None:
+    """Give back, uncharged, the jobs claimed ahead that no thread has started (all but
+    `keep`), for other workers to run now. A graceful stop gives back all of them: they
+    would otherwise hold the stop (and the deploy) for up to shutdown_timeout. prefetch
+    auto gives back those it no longer wants (Batching.held_too_long). Retried on the next
+    pass if the database is away."""
     assert worker.conn is not None
-    ids = worker.executor.withdraw_waiting()
+    ids = worker.executor.withdraw_waiting(keep)
     if not ids:
         return
     back = store.withdraw(worker.conn, worker=worker.s.worker_id, ids=sorted(ids))

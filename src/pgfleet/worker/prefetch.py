@@ -17,7 +17,9 @@ The measures describe the jobs a worker ran last. After it has held nothing for
 STALE_AFTER they are forgotten: a queue that drained tiny jobs and then gets slow ones or
 big ones (a pause, a quiet hour, a burst from another producer) would otherwise claim up to
 the cap of them into one process while the others idle (outside trial T9: 100 jobs of 1 s
-ran in one of two processes, and 300 jobs of 1 MiB args took 668 MB in one worker).
+ran in one of two processes, and 300 jobs of 1 MiB args took 668 MB in one worker). Jobs
+of a new kind within a busy backlog are still claimed by the old measure; once they turn
+out slow, those no thread has started are given back (Batching.held_too_long).
 """
 
 from __future__ import annotations
