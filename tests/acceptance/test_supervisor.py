@@ -329,6 +329,17 @@ def test_an_arbiter_failure_stops_the_children_and_exits_non_zero(
     assert text.count("RuntimeError: injected arbiter failure") == 1
 
 
+def stopping_gracefully(dsn: str, f: Fleet, task: str, *, max_attempts: int) -> int:
+    """Start a 120 s job of `task`, TERM the supervisor once it runs, and wait for the
+    graceful stop to begin; returns the job's id."""
+    f.wait_workers(1)
+    job_id = pgfleet.enqueue(dsn, task, {"seconds": 120}, max_attempts=max_attempts)
+    wait_for(lambda: started(dsn, job_id) == 1)
+    f.signal(signal.SIGTERM)
+    wait_for(lambda: "stopping gracefully" in f.log())
+    return job_id
+
+
 def test_an_int_after_a_term_is_a_quick_stop_not_a_kill(
     dsn: str, fleet: Callable[..., Fleet]
 ) -> None:
@@ -336,11 +347,7 @@ def test_an_int_after_a_term_is_a_quick_stop_not_a_kill(
     SIGKILLed every child, so the running job stayed leased until another host's lease
     watch charged it. Each stop signal now goes one step harder: TERM, then quick."""
     f = fleet({"default": {"processes": 1}}, supervisor={"shutdown_timeout": "60s"})
-    f.wait_workers(1)
-    job_id = pgfleet.enqueue(dsn, "spin", {"seconds": 120}, max_attempts=1)
-    wait_for(lambda: started(dsn, job_id) == 1)
-    f.signal(signal.SIGTERM)
-    wait_for(lambda: "stopping gracefully" in f.log())
+    job_id = stopping_gracefully(dsn, f, "spin", max_attempts=1)
     f.signal(signal.SIGINT)
     assert f.wait(30) == 0
     record = job(dsn, job_id)
@@ -359,11 +366,7 @@ def test_a_third_stop_signal_kills_the_workers_and_their_jobs_are_given_back(
     may have been anywhere) instead of leaving them leased for a whole lease."""
     f = fleet({"default": {"processes": 1, "kill_grace": "60s"}},
               supervisor={"shutdown_timeout": "60s", "lease": "120s"})
-    f.wait_workers(1)
-    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 120}, max_attempts=3)
-    wait_for(lambda: started(dsn, job_id) == 1)
-    f.signal(signal.SIGTERM)
-    wait_for(lambda: "stopping gracefully" in f.log())
+    job_id = stopping_gracefully(dsn, f, "sleep", max_attempts=3)
     f.signal(signal.SIGTERM)
     wait_for(lambda: "quick stop" in f.log())
     f.signal(signal.SIGTERM)
