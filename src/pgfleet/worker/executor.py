@@ -80,7 +80,8 @@ class Running:
     thread_id: int | None = None
     interrupted: bool = False
     lost: bool = False  # the row is no longer held by this worker at this attempt
-    # Given back before any thread started it (a stopping worker): it has no outcome.
+    # Given back before any thread started it (a stopping worker, or prefetch auto giving
+    # back slow jobs): no thread runs it and it has no outcome.
     withdrawn: bool = False
     control: context.JobControl = field(default_factory=context.JobControl)
     progress_written_at: float = 0.0  # the main thread's throttle of progress writes
@@ -134,6 +135,7 @@ class Executor:
         self.todo: queue_module.SimpleQueue[Running | None] = queue_module.SimpleQueue()
         self.outcomes: queue_module.SimpleQueue[Outcome] = queue_module.SimpleQueue()
         self.running: dict[int, Running] = {}
+        self.unreturned: set[int] = set()  # withdrawn; the give-back not yet committed
         self.unknown_tasks = UnknownTasks()
         self.guard = threading.Lock()  # orders thread ids against interrupts
         self.threads: list[threading.Thread] = []
@@ -175,6 +177,7 @@ class Executor:
     def release(self, job_id: int) -> None:
         """The job's outcome is committed (or given up): its slot is free."""
         self.running.pop(job_id, None)
+        self.unreturned.discard(job_id)
 
     def finished(self) -> list[Outcome]:
         """Outcomes the threads produced since the last call."""
@@ -334,10 +337,9 @@ class Executor:
         return late, stuck
 
     def withdraw_waiting(self, keep: int = 0) -> set[int]:
-        """Mark the jobs no thread has started as withdrawn, all but the first `keep` of
-        them in claim order, so a thread that takes one later skips it (or raises LeaseLost
-        before any task code) and reports no outcome. Returns the ids of every withdrawn
-        job still held (those of an earlier call whose give-back failed included). Under
+        """Mark the jobs no thread has started, but the first `keep` in claim order, as
+        withdrawn: a thread skips them (or raises LeaseLost before any task code), with no
+        outcome. Returns every withdrawn job still held (a failed give-back's too). Under
         the guard, against a thread starting one right now."""
         withdrawn = set()
         with self.guard:
@@ -349,6 +351,7 @@ class Executor:
                     continue
                 running.lost = running.withdrawn = True
                 withdrawn.add(job_id)
+        self.unreturned |= withdrawn
         return withdrawn
 
     def cancel(self, running: Running) -> None:

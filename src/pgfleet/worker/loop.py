@@ -237,7 +237,8 @@ class Worker(ChildProcess):
             self._flush()
             if self.stop_mode == "graceful":
                 _withdraw_waiting(self)
-            elif self.batching.held_too_long(self.executor.todo.qsize(), now):
+            elif (self.executor.unreturned
+                  or self.batching.held_too_long(self.executor.todo.qsize(), now)):
                 _withdraw_waiting(self, keep=self.batching.prefetch())
             if self.leases.due(now):
                 self._renew()
