@@ -154,9 +154,12 @@ class ChildProcess:
 
     def install_signal_handlers(self) -> None:
         """TERM stops gracefully (twice: quickly), INT and QUIT quickly; and the parent's
-        death is followed whatever the handlers do. Call from the main thread."""
+        death is followed whatever the handlers do. Call from the main thread. A stop
+        that came while the child was starting (run_child kept it) is acted on now."""
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             signal.signal(sig, self._on_signal)
+        while EARLY_STOPS:
+            self._on_signal(EARLY_STOPS.pop(0), None)
         watch_parent(self.parent, self.wakeup)
 
     @property
@@ -249,6 +252,10 @@ def set_title(title: str) -> None:
     setproctitle(title)
 
 
+# Stop signals a forked child received before its handlers were installed.
+EARLY_STOPS: list[int] = []
+
+
 def run_child(title: str, body: Callable[[], int]) -> None:
     """Run `body` in a freshly forked child and exit with its code; never returns. The
     one top-level guard: an unexpected exception is logged once, with its traceback."""
@@ -256,6 +263,12 @@ def run_child(title: str, body: Callable[[], int]) -> None:
     try:
         for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
+        # Until the child installs its own handlers (after importing the task modules,
+        # which may take seconds), a stop is kept for it: the supervisor's inherited
+        # handler recorded it where nobody looked, and the worker started and claimed
+        # jobs after the stop (outside trial T10b).
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(sig, lambda signum, _frame: EARLY_STOPS.append(signum))
         signal.set_wakeup_fd(-1)
         follow_parent_death()
         set_title(title)

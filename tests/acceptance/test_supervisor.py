@@ -395,3 +395,25 @@ def test_a_term_during_the_start_up_checks_stops_cleanly(
     log = f.log()
     assert "SIGTERM: stopping gracefully" in log and "supervisor stopped" in log, log[-2000:]
     assert "spawned" not in log, log[-2000:]
+
+
+def test_a_stop_that_reaches_a_worker_while_it_imports_its_tasks_is_kept(
+    dsn: str, fleet: Callable[..., Fleet], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outside trial T10b: a TERM that reached a worker while it was importing its task
+    modules went to the handler it inherited from the supervisor and was lost: the worker
+    started, claimed and ran jobs until the stop deadline killed it. It now stops as soon
+    as it is up, without claiming."""
+    marker = tmp_path / "importing"
+    monkeypatch.setenv("PGFLEET_TEST_SLOW_IMPORT", str(marker))
+    job_id = pgfleet.enqueue(dsn, "sleep", {"seconds": 0.1})
+    f = fleet({"default": {"processes": 1}},
+              tasks=["tests.support.jobtasks", "tests.support.slow_import"],
+              supervisor={"shutdown_timeout": "60s"})
+    wait_for(marker.exists)  # the worker is importing its tasks
+    f.signal(signal.SIGTERM)
+    assert f.wait(30) == 0, f.log()[-2000:]  # not at the deadline, 65 s on
+    assert job(dsn, job_id)["state"] == "queued"
+    assert started(dsn, job_id) == 0
+    assert "stop deadline" not in f.log(), f.log()[-2000:]

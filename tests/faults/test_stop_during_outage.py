@@ -69,3 +69,21 @@ def test_a_stop_that_cannot_give_the_jobs_back_says_so_and_exits_non_zero(
     finally:
         db.cluster.start()
     assert "wait for their lease" in f.log(), f.log()[-3000:]
+
+
+def test_stop_signals_repeated_during_an_outage_still_report_what_was_not_given_back(
+        db: Db, cfleet: Callable[..., Fleet]) -> None:
+    """Outside trial T10b: three TERMs during an outage killed the workers, and the
+    maintenance process asked to give their jobs back was killed at the stop's deadline
+    with the database still away; the supervisor exited 0, hiding that the jobs were left
+    to their lease."""
+    f, _ = _start(db, cfleet)
+    db.cluster.stop("fast")
+    try:
+        for step in ("stopping gracefully", "quick stop", "killing the workers"):
+            f.signal(signal.SIGTERM)
+            wait_for(lambda: step in f.log())  # noqa: B023 - read within this iteration
+        assert f.wait(60) == EXIT_RESCUE_FAILED, f.log()[-3000:]
+    finally:
+        db.cluster.start()
+    assert "wait for their lease" in f.log(), f.log()[-3000:]

@@ -103,16 +103,24 @@ def test_auto_gives_back_only_what_is_a_second_of_work_beyond_what_it_wants() ->
     batching.auto.round_trip(0.002)
     batching.auto.jobs_ran([0.5])  # slow jobs: auto wants none ahead
     assert batching.prefetch() == 0
-    work = GIVE_BACK_SECONDS * 2 / 0.5  # jobs of 0.5 s that are a second per thread
-    assert not batching.held_too_long(int(work) - 1, now=100.0)
-    assert batching.held_too_long(int(work), now=100.0)
+    # Held: two per thread (one running, one just claimed), and beyond them 0.5 s jobs
+    # worth a second per thread, i.e. 4 of them.
+    work = 4 + int(GIVE_BACK_SECONDS * 2 / 0.5)
+    assert not batching.held_too_long(work - 1, now=100.0)
+    assert batching.held_too_long(work, now=100.0)
     # Once per GIVE_BACK_EVERY at most.
     assert not batching.held_too_long(50, now=100.0 + GIVE_BACK_EVERY / 2)
     assert batching.held_too_long(50, now=100.0 + GIVE_BACK_EVERY)
+    # One job waiting behind each running one is no reason: auto's want wavers by one.
+    slow_one = Batching(threads=1, prefetch=None, poll_interval=1.0)
+    slow_one.auto.round_trip(0.002)
+    slow_one.auto.jobs_ran([5.0])
+    assert not slow_one.held_too_long(2, now=100.0)
+    assert slow_one.held_too_long(3, now=100.0)
     fast = Batching(threads=2, prefetch=None, poll_interval=1.0)
     fast.auto.round_trip(0.002)
     fast.auto.jobs_ran([0.001])  # fast jobs: 30 of them beyond auto's 4 is no reason
-    assert not fast.held_too_long(fast.prefetch() + 30, now=100.0)
+    assert not fast.held_too_long(4 + fast.prefetch() + 30, now=100.0)
     fixed = Batching(threads=2, prefetch=50, poll_interval=1.0)
     fixed.auto.jobs_ran([0.5])  # a fixed prefetch is the operator's choice: kept
     assert not fixed.held_too_long(50, now=100.0)

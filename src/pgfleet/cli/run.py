@@ -66,6 +66,11 @@ def supervise(path: str, config: Config, dsn: str,
         code = Supervisor(path, config, dsn, adjust=adjust, signals=early).run()
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+    # Stopped: a stop signal now has nothing left to stop. Python puts back the default
+    # action of its handlers as it exits, and a TERM landing then ended the process with
+    # 143 after "supervisor stopped" (outside trial T10b).
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)
     sys.exit(code)
 
 

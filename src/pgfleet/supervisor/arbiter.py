@@ -90,7 +90,8 @@ class Supervisor:
         # Signals not yet handled: those that came before run() (pgfleet.cli.run) first.
         self.signals: list[int] = signals if signals is not None else []
         self.stopping: str | None = None
-        self.exit_code = EXIT_OK  # EXIT_RESCUE_FAILED once maintenance says so
+        self.exit_code = EXIT_OK  # EXIT_RESCUE_FAILED: a stop left jobs to their lease
+        self.rescue_asked = False  # a worker's jobs were handed to maintenance
         self.stop_deadline = 0.0
         self.board = BeaconBoard(BOARD_SLOTS)
         self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
@@ -268,9 +269,8 @@ class Supervisor:
         slot = child.slot
         was_ready = self.board.was_ready(child.board_index)
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
-        if (slot.kind == "maintenance" and os.WIFEXITED(status)
-                and os.WEXITSTATUS(status) == EXIT_RESCUE_FAILED):
-            self.exit_code = EXIT_RESCUE_FAILED
+        if slot.kind == "maintenance" and self.stopping:
+            self._note_final_rescue(status)
         if slot.kind == "worker":
             # What its jobs started may still run: the jobs wait for the group to empty.
             # Which jobs its threads were running is read now, before the slot is reused.
@@ -279,9 +279,18 @@ class Supervisor:
         if not child.retiring and not self.stopping:
             self.restarts.record_exit(self.config, slot, restart_reason, was_ready)
 
+    def _note_final_rescue(self, status: int) -> None:
+        """A stop exits 69 if the maintenance process did not give back what stopped
+        workers held: it said so, or it was killed at the stop's deadline after rescues
+        were asked of it (outside trial T10b: three TERMs during an outage exited 0)."""
+        done = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK
+        if self.rescue_asked and not done:
+            self.exit_code = EXIT_RESCUE_FAILED
+
     def _request_rescue(self, child: Child, reason: str, running: list[int]) -> None:
         """Tell the maintenance process to give back what the dead worker held, never
         blocking: if the pipe were ever full, the lease expiry rescues the jobs instead."""
+        self.rescue_asked = True
         if not self.rescue.request(child.worker_id, reason, running, gave_up=child.gave_up):
             log.warning("rescue pipe full; jobs of %s wait for their lease", child.worker_id)
 

@@ -34,7 +34,7 @@ def signal_child(pid: int, sig: int) -> None:
 def next_stop(current: str | None, sig: int) -> str:
     """The stop a TERM, INT or QUIT asks for, given the stop under way (None: none). Each
     signal during a stop goes one step harder: graceful, quick (running jobs given back
-    refunded), the workers killed (their jobs given back charged), every child killed."""
+    refunded), the workers killed (their jobs given back as crashes), every child killed."""
     if current is None:
         return "graceful" if sig == signal.SIGTERM else "quick"
     return {"graceful": "quick", "quick": "kill"}.get(current, "kill-all")
@@ -55,7 +55,7 @@ def begin(sup: Supervisor, mode: str, signame: str) -> None:
         signal_kind(sup, "worker", signal.SIGINT)
     elif mode == "kill":
         log.warning("%s again: killing the workers; the jobs they were running "
-                    "are given back charged", signame)
+                    "are given back as crashes", signame)
         kill_workers(sup, "stop signal repeated")
     else:
         log.warning("%s again: killing every child; their jobs wait for their lease",

@@ -34,18 +34,20 @@ class Batching:
     def prefetch(self) -> int:
         return self.auto.value() if self.fixed is None else self.fixed
 
-    def held_too_long(self, waiting: int, now: float) -> bool:
-        """Should prefetch auto give back some of the `waiting` jobs no thread has
-        started? A claim is sized by the jobs measured before it; when the jobs turn out
-        slow, those claimed ahead would run one after another in this process while other
-        processes idle (outside trials T9 and T10: 100 jobs of 1 s behind tiny ones ran in
-        one of two processes, 111 s instead of ~55). Only beyond what auto wants now, only
-        when the excess is at least GIVE_BACK_SECONDS of work for this worker's threads (a
-        give-back is a round trip, and the jobs are claimed again), and once per
+    def held_too_long(self, held: int, now: float) -> bool:
+        """Should prefetch auto give back some of the `held` jobs (running or waiting for
+        a thread; outcomes awaiting their commit not counted)? A claim is sized by the jobs
+        measured before it; when they turn out slow, those claimed ahead would run one
+        after another here while other processes idle (outside trials T9 and T10: 100 jobs
+        of 1 s behind tiny ones ran in one of two processes, 111 s instead of ~55). Only
+        beyond two jobs per thread and what auto wants ahead now (its want wavers between
+        0 and 1 as slow jobs and round trips vary: giving back that one job cost a round
+        trip a second, T10b); only when the excess is GIVE_BACK_SECONDS of work per thread or
+        more (a give-back is a round trip, and the jobs are claimed again); and once per
         GIVE_BACK_EVERY at most."""
         if self.fixed is not None or now < self.next_give_back:
             return False
-        excess = waiting - self.prefetch()
+        excess = held - 2 * self.threads - self.prefetch()
         seconds = self.auto.job_seconds
         if excess <= 0 or seconds is None or excess * seconds < GIVE_BACK_SECONDS * self.threads:
             return False

@@ -237,9 +237,9 @@ class Worker(ChildProcess):
             self._flush()
             if self.stop_mode == "graceful":
                 _withdraw_waiting(self)
-            elif (self.executor.unreturned
-                  or self.batching.held_too_long(self.executor.todo.qsize(), now)):
-                _withdraw_waiting(self, keep=self.batching.prefetch())
+            elif (self.executor.unreturned or self.batching.held_too_long(
+                    len(self.running) - len(self.completer.pending), now)):
+                _withdraw_waiting(self, keep=self.s.threads + self.batching.prefetch())
             if self.leases.due(now):
                 self._renew()
             self.control.database_work(self.conn, now)
