@@ -156,7 +156,7 @@ class ChildProcess:
         """TERM stops gracefully (twice: quickly), INT and QUIT quickly; and the parent's
         death is followed whatever the handlers do. Call from the main thread. A stop
         that came while the child was starting (run_child kept it) is acted on now."""
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_signal)
         while EARLY_STOPS:
             self._on_signal(EARLY_STOPS.pop(0), None)
@@ -252,8 +252,16 @@ def set_title(title: str) -> None:
     setproctitle(title)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 # Stop signals a forked child received before its handlers were installed.
 EARLY_STOPS: list[int] = []
+
+
+def keep_stops(into: list[int]) -> None:
+    """Until the real handlers are in place, a stop signal is noted in `into` for them
+    to act on, not left to the default action or to a handler inherited over a fork."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: into.append(signum))
 
 
 def run_child(title: str, body: Callable[[], int]) -> None:
@@ -267,8 +275,7 @@ def run_child(title: str, body: Callable[[], int]) -> None:
         # which may take seconds), a stop is kept for it: the supervisor's inherited
         # handler recorded it where nobody looked, and the worker started and claimed
         # jobs after the stop (outside trial T10b).
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-            signal.signal(sig, lambda signum, _frame: EARLY_STOPS.append(signum))
+        keep_stops(EARLY_STOPS)
         signal.set_wakeup_fd(-1)
         follow_parent_death()
         set_title(title)

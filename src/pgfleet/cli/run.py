@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import click
 
+from pgfleet.child import STOP_SIGNALS, keep_stops
 from pgfleet.cli.common import (
     EXIT_USAGE,
     config_dsn,
@@ -51,8 +52,7 @@ def supervise(path: str, config: Config, dsn: str,
     # take seconds) is kept for the supervisor, not left to the default action: that ended
     # the process with 143 and no word in its log (outside trial T10).
     early: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-        signal.signal(sig, lambda signum, _frame: early.append(signum))
+    keep_stops(early)
     if adjust is not None:
         config = adjust(config)
     report(*check_in_child(config))
@@ -69,7 +69,7 @@ def supervise(path: str, config: Config, dsn: str,
     # Stopped: a stop signal now has nothing left to stop. Python puts back the default
     # action of its handlers as it exits, and a TERM landing then ended the process with
     # 143 after "supervisor stopped" (outside trial T10b).
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     sys.exit(code)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from prometheus_client import multiprocess
 
 from pgfleet import metrics
-from pgfleet.child import run_child, set_title
+from pgfleet.child import STOP_SIGNALS, run_child, set_title
 from pgfleet.config import Config, ConfigError, load_config
 from pgfleet.supervisor import stopping
 from pgfleet.supervisor.beacon import BeaconBoard
@@ -118,7 +118,7 @@ class Supervisor:
             if sig == signal.SIGCHLD:
                 continue
             name = signal_name(sig)
-            if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            if sig in STOP_SIGNALS:
                 stopping.begin(self, stopping.next_stop(self.stopping, sig), name)
             elif sig == signal.SIGHUP and not self.stopping:
                 self._reload()
