@@ -38,6 +38,7 @@ import pgfleet
 from bench import common
 from bench.common import Database, supervisor, write_config
 from pgfleet import queries, store
+from pgfleet.worker.prefetch import claim_bytes
 
 CLAIMS = 200
 DELAY = 3.0
@@ -49,7 +50,7 @@ PLACES: dict[str, int | None] = {"no future jobs": None, "future jobs behind": 0
 PARAMS: dict[str, Any] = {
     "queue": "default", "worker": "probe", "lease": 60.0, "args_limit": 1024 * 1024,
     "held": 0, "held_solo": False, "after_priority": None, "after_run_at": None,
-    "after_id": None}
+    "after_id": None, "max_bytes": claim_bytes(8)}  # a worker's with prefetch auto
 
 
 def claim_sql(src: str | None) -> bytes:

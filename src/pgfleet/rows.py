@@ -50,6 +50,7 @@ class ClaimedJob:
     priority: int
     run_at: datetime
     meta: str | None = None  # JSON text of the job's meta; None when it is empty
+    more: bool = False  # the claim's byte budget left due jobs behind (migration 0025)
 
 
 @dataclass(slots=True)
@@ -69,6 +70,7 @@ class DoneOrClaimed:
     priority: int | None
     run_at: datetime | None
     meta: str | None
+    more: bool | None
 
 
 

@@ -297,14 +297,17 @@ async def enqueue_many_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -
 
 def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
           args_limit: int = payload.MAX_ARGS_BYTES, held: int | None = None,
-          held_solo: bool | None = None, after: ClaimKey | None = None) -> list[ClaimedJob]:
+          held_solo: bool | None = None, after: ClaimKey | None = None,
+          max_bytes: int | None = None) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs, in claim order past `after` (None: from the head).
     `held` / `held_solo`: how many jobs the worker runs and whether one of them is solo;
-    None counts the worker's running rows instead."""
+    None counts the worker's running rows instead. `max_bytes`: stop once the args of
+    the jobs taken reach it (the first is always taken; None: no bound)."""
     return in_claim_order(_many(conn, "claim",
                                 {"queue": queue, "limit": limit, "worker": worker,
                                  "lease": lease, "args_limit": args_limit, "held": held,
-                                 "held_solo": held_solo, **_after(after)},
+                                 "held_solo": held_solo, "max_bytes": max_bytes,
+                                 **_after(after)},
                                 ClaimedJob))
 
 
@@ -324,14 +327,16 @@ def complete_and_claim(
     conn: Conn, *, queue: str, done: Sequence[tuple[int, int]], limit: int, worker: str,
     lease: float, held: int, held_solo: bool, args_limit: int = payload.MAX_ARGS_BYTES,
     after: ClaimKey | None = None, results: Sequence[str | None] | None = None,
+    max_bytes: int | None = None,
 ) -> tuple[set[int], list[ClaimedJob]]:
     """complete_succeeded of the (id, attempt) pairs (with their results) and claim, in one
     statement; returns the ids this worker still held and the jobs claimed. `held` /
-    `held_solo` describe the jobs the worker keeps running besides `done`."""
+    `held_solo` describe the jobs the worker keeps running besides `done`; `max_bytes`
+    bounds the claim's args as in claim."""
     rows = _many(conn, "complete_and_claim",
                  {"queue": queue, "limit": limit, "worker": worker, "lease": lease,
                   "args_limit": args_limit, "held": held, "held_solo": held_solo,
-                  **done_params(done, results), **_after(after)},
+                  "max_bytes": max_bytes, **done_params(done, results), **_after(after)},
                  DoneOrClaimed)
     completed: set[int] = set()
     claimed = []
@@ -369,7 +374,7 @@ def _claimed(row: DoneOrClaimed) -> ClaimedJob:
     assert row.priority is not None and row.run_at is not None
     return ClaimedJob(row.id, row.task, row.args, row.attempt, row.max_attempts,
                       row.args_size, row.wait_seconds or 0.0, bool(row.solo), row.priority,
-                      row.run_at, row.meta)
+                      row.run_at, row.meta, bool(row.more))
 
 
 def claim_limited(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,

@@ -10,6 +10,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgfleet import store
 from pgfleet.flow import FlowLimits, Rate
+from pgfleet.worker.prefetch import claim_bytes
 from tests.support import pg
 
 
@@ -150,7 +151,7 @@ def test_a_claim_past_its_last_key_skips_the_dead_entries_of_claimed_jobs(dsn: s
 CLAIM_PARAMS: dict[str, Any] = {
     "queue": "default", "worker": "w", "lease": 60.0, "args_limit": 1024 * 1024, "held": 0,
     "held_solo": False, "after_priority": None, "after_run_at": None, "after_id": None,
-    **store.done_params([], None)}
+    "max_bytes": claim_bytes(8), **store.done_params([], None)}
 # complete_and_claim answers one row of completed ids before the claimed jobs (the plans
 # below are of the claim statement inside the functions, which answers only the jobs).
 DONE_ROWS = {"claim": 0, "complete_and_claim": 1}
@@ -387,7 +388,7 @@ def completion_params(jobs: list[store.ClaimedJob]) -> dict[str, Any]:
     return {"worker": "w", **store.done_params([(j.id, j.attempt) for j in jobs], None),
             "queue": "default", "limit": 200, "lease": 60.0, "args_limit": 1024 * 1024,
             "held": 0, "held_solo": False, "after_priority": None, "after_run_at": None,
-            "after_id": None}
+            "after_id": None, "max_bytes": claim_bytes(8)}
 
 
 def test_a_completion_compares_each_job_once_without_statistics(dsn: str) -> None:

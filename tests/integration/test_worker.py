@@ -420,3 +420,23 @@ def test_slow_jobs_claimed_ahead_behind_tiny_ones_are_given_back(
                   (list(slow),)) == 1
     assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = ANY(%s)"
                        " AND event = 'started'", (list(slow),)) == len(slow)
+
+
+def test_the_first_claim_of_big_args_behind_tiny_jobs_stays_within_the_claim_budget(
+        dsn: str) -> None:
+    """Outside trial T10b: big-args jobs right behind a backlog of tiny ones were claimed
+    by the claim sized for the tiny ones, all of them at once (545 MB of args in one
+    worker). The database now stops a claim once its args reach the budget of prefetch
+    auto. Jobs leased by one claim share their started_at (the claim's now())."""
+    from pgfleet.worker.prefetch import claim_bytes
+
+    size = 256 * 1024
+    pgfleet.enqueue_many(dsn, [*[{"task": "tiny"}] * 3000,
+                               *[{"task": "noop", "args": {"blob": "x" * size}}] * 200])
+    with worker_thread(dsn, threads=1, modules=(TASKS, "tests.support.tinytasks")):
+        wait_for(lambda: scalar(dsn, "SELECT count(*) FROM pgfleet.jobs"
+                                     " WHERE state = 'succeeded'") == 3200, timeout=60)
+    most = scalar(dsn, "SELECT max(n) FROM (SELECT count(*) AS n FROM pgfleet.jobs"
+                       " WHERE task = 'noop' GROUP BY started_at) c")
+    assert most <= claim_bytes(1) // size + 1
+    assert scalar(dsn, "SELECT max(attempt) FROM pgfleet.jobs") == 1

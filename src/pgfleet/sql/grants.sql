@@ -30,6 +30,8 @@ GRANT EXECUTE ON FUNCTION pgfleet.job_result(bigint) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.claim_limited(text, text, integer, float8, integer, integer, integer, float8, integer) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.claim_jobs(text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.complete_and_claim_jobs(bigint[], jsonb, jsonb, text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.claim_jobs(text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint, bigint) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.complete_and_claim_jobs(bigint[], jsonb, jsonb, text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint, bigint) TO {runtime};
 
 -- role: runtime-pooler
 -- Only with PGFLEET_DATABASE_POOLER=transaction: PgBouncer refuses the startup option that

@@ -83,12 +83,15 @@ SELECT k.task, k.unique_key, k.id
 -- its executor thread, so a hostile row (nested 2,000 deep, 60 MB) fails that job alone
 -- and is never loaded into the worker's memory. meta is NULL when empty (the common case);
 -- it carries the trace context of pgfleet.otel for middleware.
+-- max_bytes: the args the claim may take, the rows before each row counted (migration
+-- 0025; NULL: no budget); `more` says it left due rows behind for it.
 SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
-       c.wait_seconds AS wait_seconds, c.solo, c.priority, c.run_at, c.meta
+       c.wait_seconds AS wait_seconds, c.solo, c.priority, c.run_at, c.meta, c.more
   FROM pgfleet.claim_jobs(%(queue)s::text, %(limit)s::int, %(worker)s::text,
                           %(lease)s::float8, %(args_limit)s::int, %(held)s::bigint,
                           %(held_solo)s::bool, %(after_priority)s::int,
-                          %(after_run_at)s::timestamptz, %(after_id)s::bigint) AS c
+                          %(after_run_at)s::timestamptz, %(after_id)s::bigint,
+                          %(max_bytes)s::bigint) AS c
 
 -- name: claim_limited :many
 -- The claim of a queue with flow control (docs/flow-control.md): the same rows as claim,
@@ -107,7 +110,7 @@ WITH c AS MATERIALIZED (
 )
 SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size, c.wait_seconds,
        j.solo, j.priority, greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
-       nullif(j.meta, '{}'::jsonb)::text AS meta
+       nullif(j.meta, '{}'::jsonb)::text AS meta, false AS more
   FROM c JOIN pgfleet.jobs j ON j.id = c.id
  WHERE j.id = ANY (ARRAY(SELECT c.id FROM c))
 
@@ -146,14 +149,14 @@ RETURNING j.id
 -- per id: parsing and building those was ~1.5 us a job), then one per job claimed (`done`
 -- NULL).
 SELECT c.done, c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
-       c.wait_seconds, c.solo, c.priority, c.run_at, c.meta
+       c.wait_seconds, c.solo, c.priority, c.run_at, c.meta, c.more
   FROM pgfleet.complete_and_claim_jobs(%(ids)s::bigint[], %(attempts)s::jsonb,
                                        %(results)s::jsonb, %(queue)s::text, %(limit)s::int,
                                        %(worker)s::text, %(lease)s::float8,
                                        %(args_limit)s::int, %(held)s::bigint,
                                        %(held_solo)s::bool, %(after_priority)s::int,
                                        %(after_run_at)s::timestamptz,
-                                       %(after_id)s::bigint) AS c
+                                       %(after_id)s::bigint, %(max_bytes)s::bigint) AS c
 
 -- name: complete_failed :many
 -- A failure retries after the given delay, or ends dead when attempts are spent or the

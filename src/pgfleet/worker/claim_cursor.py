@@ -17,6 +17,12 @@ from collections.abc import Sequence
 from pgfleet import store
 
 
+def claim_full(jobs: Sequence[store.ClaimedJob], limit: int) -> bool:
+    """Did the claim stop before the due jobs did: it took `limit`, or its byte budget
+    left some behind (`more`, migration 0025)? More are likely waiting either way."""
+    return len(jobs) >= limit or (bool(jobs) and jobs[0].more)
+
+
 class ClaimCursor:
     def __init__(self, head_every: float) -> None:
         self.head_every = head_every
@@ -33,7 +39,7 @@ class ClaimCursor:
     def claimed(self, jobs: Sequence[store.ClaimedJob], limit: int) -> None:
         """Record a claim's result: a full claim moves the cursor to its last key (rows
         come back in no particular order); a short one sends the next claim to the head."""
-        if jobs and len(jobs) >= limit:
+        if jobs and claim_full(jobs, limit):
             self.after = max((job.priority, job.run_at, job.id) for job in jobs)
         else:
             self.after = None

@@ -16,6 +16,7 @@ import psycopg
 
 from pgfleet import fleet_store, store
 from pgfleet.flow import FlowLimits
+from pgfleet.worker.prefetch import claim_bytes
 from pgfleet.worker.settings import WorkerSettings
 
 log = logging.getLogger("pgfleet.worker")
@@ -32,6 +33,9 @@ class Claims:
         # ones take precedence inside it, see claim_limited).
         self.flow: FlowLimits | None = s.flow
         self.next_check = 0.0 if s.flow is None else float("inf")
+        # prefetch auto sizes claims by what it measured; the database bounds their args
+        # (a fixed prefetch takes what it was given).
+        self.max_bytes = claim_bytes(s.threads) if s.prefetch is None else None
 
     @property
     def limited(self) -> bool:
@@ -61,6 +65,6 @@ class Claims:
         if self.flow is None:
             return store.claim(conn, queue=s.queue, limit=limit, worker=s.worker_id,
                                lease=s.lease, args_limit=s.args_limit, held=held,
-                               held_solo=held_solo, after=after)
+                               held_solo=held_solo, after=after, max_bytes=self.max_bytes)
         return store.claim_limited(conn, queue=s.queue, limit=limit, worker=s.worker_id,
                                    lease=s.lease, limits=self.flow, args_limit=s.args_limit)

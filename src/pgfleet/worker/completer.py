@@ -172,7 +172,8 @@ class Completer:
                                               for o in batch],
                 results=[o.result for o in batch], limit=claim_limit,
                 worker=self.worker_id, lease=lease, held=held, held_solo=held_solo,
-                args_limit=self.executor.args_limit, after=after)
+                args_limit=self.executor.args_limit, after=after,
+                max_bytes=self.claims.max_bytes)
             return done, {}, claimed
         with conn.transaction():
             done, states = self._complete(conn, batch)

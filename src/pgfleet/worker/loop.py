@@ -36,6 +36,7 @@ from pgfleet.listener import WAKE_ALL, Listener
 from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
 from pgfleet.supervisor.process_groups import kill_job_processes
 from pgfleet.worker.batching import FLUSH_DELAY, Batching
+from pgfleet.worker.claim_cursor import claim_full
 from pgfleet.worker.claims import Claims
 from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.control import TaskControl
@@ -430,7 +431,7 @@ def _withdraw_waiting(worker: Worker, keep: int = 0) -> None:
 def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
     """Give claimed jobs to the executor threads."""
     # A full batch suggests more are waiting: claim again as soon as a slot frees.
-    worker.claim_due = len(jobs) == limit
+    worker.claim_due = claim_full(jobs, limit)
     worker.batching.cursor.claimed(jobs, limit)
     worker.batching.auto.jobs_claimed(sum(job.args_size for job in jobs), len(jobs))
     now = time.monotonic()

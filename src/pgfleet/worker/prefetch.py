@@ -11,7 +11,12 @@ measured nothing is prefetched.
 The cap is 1,000 jobs: claims of 1,000 drained no-op jobs ~1.4x faster than claims of 100
 (bench/drain.py), and the time bound above already keeps the prefetched work to two round
 trips. What it does not bound is memory: each claimed job's args are held until it runs,
-so the prefetch also stays within PREFETCH_BYTES of args at their measured mean size.
+so the prefetch also stays within PREFETCH_BYTES of args at their measured mean size, and
+each claim within claim_bytes() of args whatever was measured (the database stops taking
+rows there, migration 0025): the first claim after a queue turns from tiny jobs to big
+ones no longer takes up to the cap of them (outside trial T10b: 545 MB of args in one
+worker). A claim of bigger args than measured raises the mean at once; smaller ones lower
+it gradually.
 
 The measures describe the jobs a worker ran last. After it has held nothing for
 STALE_AFTER they are forgotten: a queue that drained tiny jobs and then gets slow ones or
@@ -27,6 +32,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from pgfleet.payload import MAX_ARGS_BYTES
+
 # A claim takes at most this many jobs with prefetch auto (more threads still get one each).
 AUTO_CLAIM_CAP = 1000
 # The args prefetched jobs may hold, at the measured mean size (jobs of 1 MiB: 16 of them).
@@ -40,6 +47,12 @@ STALE_AFTER = 1.0
 
 def _mean(old: float | None, new: float) -> float:
     return new if old is None else old + WEIGHT * (new - old)
+
+
+def claim_bytes(threads: int) -> int:
+    """The args one claim may take with prefetch auto: a job of the largest args for each
+    thread, and PREFETCH_BYTES for the jobs claimed ahead."""
+    return PREFETCH_BYTES + threads * MAX_ARGS_BYTES
 
 
 class AutoPrefetch:
@@ -57,7 +70,9 @@ class AutoPrefetch:
     def jobs_claimed(self, args_bytes: int, jobs: int) -> None:
         """A claim of `jobs` jobs whose args add up to `args_bytes`."""
         if jobs:
-            self.args_bytes = _mean(self.args_bytes, args_bytes / jobs)
+            # Memory: bigger args count at once, smaller ones gradually.
+            mean = args_bytes / jobs
+            self.args_bytes = max(mean, _mean(self.args_bytes, mean))
 
     def holding(self, jobs: int, now: float) -> None:
         """The worker holds `jobs` at `now` (each pass of its loop, before it claims)."""
