@@ -264,6 +264,19 @@ def keep_stops(into: list[int]) -> None:
         signal.signal(sig, lambda signum, _frame: into.append(signum))
 
 
+def fork_keeping_stops() -> int:
+    """os.fork() with the stop signals held from before the fork until the child keeps
+    them (keep_stops): a stop that reaches the new child before that is kept for it, not
+    run by the parent's inherited handler (outside trial T11: a TERM right after start was
+    lost that way by a worker, which claimed jobs until the deadline SIGKILLed it)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    pid = os.fork()
+    if pid == 0:
+        keep_stops(EARLY_STOPS)
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    return pid
+
+
 def run_child(title: str, body: Callable[[], int]) -> None:
     """Run `body` in a freshly forked child and exit with its code; never returns. The
     one top-level guard: an unexpected exception is logged once, with its traceback."""

@@ -3,6 +3,8 @@ database or role) exits non-zero with one line; a database that is down is waite
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 
@@ -69,3 +71,24 @@ def test_nothing_listens_is_transient(cfleet: Callable[..., Fleet]) -> None:
                dsn=f"postgresql://postgres@127.0.0.1:{free_port()}/postgres")
     wait_for(lambda: "retrying in" in f.log(), timeout=60)
     assert f.proc is not None and f.proc.poll() is None, f.log()
+
+
+def test_a_lone_worker_with_a_wrong_password_exits_at_once(db: Db) -> None:
+    """Outside trial T11: `pgfleet worker` retried a wrong password five times a second,
+    forever, where `pgfleet run` exits with one line."""
+    cluster = db.cluster
+    role = f"pgfleet_start_{uuid.uuid4().hex[:6]}"
+    create_runtime_role(cluster, db.name, role, password="right-password")
+    cluster.password_roles.append(role)
+    cluster.write_hba()
+    cluster.reload()
+    url = cluster.url(db.name, user=role, password="wrong-password")
+    done = subprocess.run(
+        [sys.executable, "-m", "pgfleet", "worker", "--queue", "default",
+         "--tasks", "tests.support.jobtasks", "--database-url", url],
+        capture_output=True, text=True, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("pgfleet: error: "), lines
+    assert "password authentication failed" in lines[0]
+    assert "wrong-password" not in done.stderr + done.stdout

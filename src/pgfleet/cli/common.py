@@ -19,8 +19,8 @@ from pgfleet.cli.devstate import default_root as dev_root, read as read_state
 from pgfleet.cli.preflight import missing_modules
 from pgfleet.cli.terminal_text import shown
 from pgfleet.config import Config, ConfigError, load_config
-from pgfleet.db import connect, first_line, redact_dsn, resolve_dsn, scrub
-from pgfleet.errors import PgfleetError
+from pgfleet.db import connect, first_line, is_permanent, redact_dsn, resolve_dsn, scrub
+from pgfleet.errors import DatabaseUnavailable, PgfleetError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -234,3 +234,15 @@ def emit(data: Any, as_json: bool, text: Callable[[Any], None]) -> None:
         click.echo(json.dumps(data, default=str, indent=2))
     else:
         text(shown(data))
+
+
+def refuse_permanent_connection_errors(dsn: str, application: str) -> None:
+    """One connection before anything is forked (closed at once, so no connection crosses
+    a fork): a wrong password or an unknown role or database exits with one line, where
+    the workers would retry it forever (`pgfleet run`, `pgfleet worker`). A database that is
+    down is waited for."""
+    try:
+        connect(dsn, application_name=application).close()
+    except DatabaseUnavailable as exc:
+        if is_permanent(exc):
+            fail(str(exc))

@@ -19,13 +19,12 @@ from pgfleet.cli.common import (
     friendly,
     global_options,
     load_or_exit,
+    refuse_permanent_connection_errors,
     report,
     required_config_path,
 )
 from pgfleet.cli.preflight import check_in_child, web_problems
 from pgfleet.config import Config
-from pgfleet.db import connect, is_permanent
-from pgfleet.errors import DatabaseUnavailable
 from pgfleet.private_dirs import RefusedDirectory
 
 
@@ -57,7 +56,7 @@ def supervise(path: str, config: Config, dsn: str,
         config = adjust(config)
     report(*check_in_child(config))
     report(web_problems(config, dsn), [])
-    refuse_permanent_connection_errors(dsn)
+    refuse_permanent_connection_errors(dsn, "pgfleet run")
     metrics_dir = fresh_metrics_dir()
     try:
         # Imported only now: prometheus-client reads PROMETHEUS_MULTIPROC_DIR at import.
@@ -72,17 +71,6 @@ def supervise(path: str, config: Config, dsn: str,
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     sys.exit(code)
-
-
-def refuse_permanent_connection_errors(dsn: str) -> None:
-    """One connection before anything is forked (closed at once, so no connection crosses
-    a fork): a wrong password or an unknown role or database exits with one line, where
-    the workers would retry it forever. A database that is down is waited for."""
-    try:
-        connect(dsn, application_name="pgfleet run").close()
-    except DatabaseUnavailable as exc:
-        if is_permanent(exc):
-            fail(str(exc))
 
 
 def fresh_metrics_dir() -> str:

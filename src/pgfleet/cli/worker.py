@@ -15,6 +15,7 @@ from pgfleet.cli.common import (
     fail,
     friendly,
     global_options,
+    refuse_permanent_connection_errors,
     working_directory_last,
 )
 from pgfleet.config import Config, QueueConfig
@@ -64,10 +65,14 @@ def worker(queue_name: str, modules: tuple[str, ...], threads: int | None,
         fail(f"--middleware: {exc}", EXIT_USAGE)
     # The name `ps` shows, and the application_name of this worker's connections.
     setproctitle(f"pgfleet worker {queue_name}")
+    dsn = chosen_dsn()
+    # A wrong password, role or database: one line and exit 1, as `pgfleet run` does
+    # (outside trial T11: the worker retried it five times a second, forever).
+    refuse_permanent_connection_errors(dsn, f"pgfleet worker {queue_name}")
     w = Worker(build_settings(
         worker_config(queue_name, threads=threads, poll_interval=poll_interval,
                       timeout=timeout, notify=not no_notify),
-        queue_name, dsn=chosen_dsn(), registry=registry,
+        queue_name, dsn=dsn, registry=registry,
     ))
     w.install_signal_handlers()
     sys.exit(w.run())

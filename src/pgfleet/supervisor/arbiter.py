@@ -22,7 +22,7 @@ from pathlib import Path
 from prometheus_client import multiprocess
 
 from pgfleet import metrics
-from pgfleet.child import STOP_SIGNALS, run_child, set_title
+from pgfleet.child import STOP_SIGNALS, fork_keeping_stops, run_child, set_title
 from pgfleet.config import Config, ConfigError, load_config
 from pgfleet.supervisor import stopping
 from pgfleet.supervisor.beacon import BeaconBoard
@@ -220,7 +220,7 @@ class Supervisor:
         self.board.set_peers(board_index, self._worker_count(slot))
         publish = slot.kind == "worker" and slot.queue in self.unpublished
         self.unpublished.discard(slot.queue or "")
-        pid = os.fork()
+        pid = fork_keeping_stops()
         if pid == 0:
             self._become_child(slot, board_index, publish)
         worker_id = f"{self.host}:{pid}:{self.token}"

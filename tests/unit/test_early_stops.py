@@ -1,0 +1,52 @@
+"""A stop signal that reaches a freshly forked child before it has handlers of its own is
+kept for it (outside trial T11: a TERM right after `pgfleet run` started ran the
+supervisor's inherited handler in a new worker, which then claimed jobs until the stop
+deadline SIGKILLed it; an innocent job with max_attempts 1 ended dead)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pgfleet import child
+
+
+@pytest.fixture
+def parent_handler() -> Iterator[list[int]]:
+    """A handler like the supervisor's, which a child inherits over the fork."""
+    seen: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_a_stop_sent_while_the_child_is_still_forking_is_kept_for_it(
+        parent_handler: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    ready_read, ready_write = os.pipe()
+    keep = child.keep_stops
+
+    def slow_keep(into: list[int], *args: Any) -> None:
+        # The child is slow to get its handlers in place: the parent stops it meanwhile.
+        os.write(ready_write, b"x")
+        time.sleep(0.3)
+        keep(into, *args)
+
+    monkeypatch.setattr(child, "keep_stops", slow_keep)
+    pid = child.fork_keeping_stops()
+    if pid == 0:
+        time.sleep(0.1)  # any signal held back is delivered by now
+        os._exit(10 + len(child.EARLY_STOPS))
+    os.read(ready_read, 1)
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 11  # the child kept the one TERM
+    assert parent_handler == []  # and the parent's own handler saw nothing
+    # The parent's stop signals are not left blocked after the fork.
+    assert not set(child.STOP_SIGNALS) & signal.pthread_sigmask(signal.SIG_BLOCK, [])
