@@ -198,8 +198,9 @@ class Maintenance(DatabaseChild):
 
     def _rescue_gave_up(self, conn: psycopg.Connection[Any], worker: str, reason: str,
                         running: list[int] | None) -> None:
-        """The worker exited because it could not renew its leases: its jobs go back like
-        a stopping worker's, refunded and not crashed (rescue_gave_up)."""
+        """The worker exited on purpose with jobs still leased to it (it could not renew
+        its leases, or its stop ended before their threads did): they go back like a
+        stopping worker's, refunded and not crashed (rescue_gave_up)."""
         for rescued in rescue_store.rescue_gave_up(conn, worker=worker, error=reason,
                                                    running=running):
             label = metrics.queue_label(rescued.queue)
@@ -208,7 +209,7 @@ class Maintenance(DatabaseChild):
                 metrics.jobs_finished.labels(label, metrics.task_label(rescued.task),
                                              "dead").inc()
             _log_rescue(rescued.id, rescued.queue, rescued.state,
-                        f"worker {worker} exited: it could not renew its leases"
+                        f"worker {worker} exited: {reason.removeprefix('given back: the worker ')}"
                         + ("" if rescued.ran else " (it had not run this job)"))
 
     def _retry_delays(self, held: list[store.HeldJob]) -> dict[int, float]:

@@ -172,3 +172,25 @@ def test_a_graceful_stop_gives_back_prefetched_jobs_at_once_and_finishes_the_run
         assert found[job_id][:4] == ("queued", 0, 0, 0), (job_id, found[job_id])
     assert scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = ANY(%s)", (prefetched,)) == 0
     assert "withdrew 5 job(s) no thread had started" in f.log(), f.log()[-2000:]
+
+
+def test_a_job_still_running_when_a_stop_ends_goes_back_refunded_not_as_a_crash(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    """Outside trial T11: a task blocked in C (time.sleep) past shutdown_timeout and
+    kill_grace kept its thread; the worker exited 0 leaving it leased, the supervisor read
+    that as a crash ("worker died: exit code 0") and the lone job, the presumed culprit,
+    was charged: with max_attempts 1 it ended dead. The stop was the operator's, not the
+    job's: it goes back refunded."""
+    job_id = pgfleet.enqueue(dsn, "stubborn", {"seconds": 30.0}, max_attempts=1)
+    f = fleet({"default": {"processes": 1, "threads": 1, "kill_grace": "1s"}},
+              supervisor={"shutdown_timeout": "1s"})
+    f.wait_workers(1)
+    wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = %s"
+                                 " AND event = 'started'", (job_id,)) == 1)
+    f.signal(signal.SIGTERM)
+    assert f.wait(60) == 0
+    wait_for(lambda: rows(dsn, [job_id])[job_id][0] == "queued", timeout=30)
+    state, _attempt, refunds, crashes, _errors = rows(dsn, [job_id])[job_id]
+    assert (state, refunds, crashes) == ("queued", 1, 0), rows(dsn, [job_id])
+    assert "stopped with jobs it could not give back" in f.log(), f.log()[-3000:]

@@ -4,6 +4,7 @@ its threads were running (none, some, or not known), and whether it gave up its 
 from __future__ import annotations
 
 import os
+import time
 
 from pgfleet.supervisor.beacon import MAX_THREADS, BeaconBoard
 from pgfleet.supervisor.rescue_pipe import RescuePipe, RescueReader, RescueRequest
@@ -26,6 +27,24 @@ def test_requests_carry_the_running_jobs_or_say_they_are_unknown() -> None:
             RescueRequest("host:4:d", "worker died: SIGKILL", None, False),
             RescueRequest("host:5:e", "given back: the worker could not renew its leases",
                           [3], True)]
+    finally:
+        os.close(pipe.read_fd)
+        pipe.close()
+
+
+def test_what_was_asked_within_a_lease_is_asked_again_of_a_new_maintenance() -> None:
+    """Outside trial T11: a maintenance process killed while a lock held its give-back
+    took the request with it, and the dead workers' jobs ended dead by lease expiry."""
+    pipe = RescuePipe(keep_for=0.5)
+    try:
+        reader = RescueReader(pipe.read_fd)
+        assert pipe.request("host:1:a", "SIGKILL (heartbeat stale)", [7, 9])
+        time.sleep(0.6)  # older than keep_for: the lease watch's now
+        assert pipe.request("host:2:b", "SIGKILL (heartbeat stale)", [3])
+        asked = reader.read()  # the maintenance process that is then killed
+        assert [r.worker for r in asked] == ["host:1:a", "host:2:b"]
+        assert pipe.resend() == 1
+        assert reader.read() == [asked[1]]  # its successor reads the recent one again
     finally:
         os.close(pipe.read_fd)
         pipe.close()

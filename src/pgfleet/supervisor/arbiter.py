@@ -95,7 +95,7 @@ class Supervisor:
         self.stop_deadline = 0.0
         self.board = BeaconBoard(BOARD_SLOTS)
         self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
-        self.rescue = RescuePipe()
+        self.rescue = RescuePipe(keep_for=config.supervisor.lease)
         self.draining = Draining[tuple[Child, str, list[int]]](lambda d: self._request_rescue(*d))
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
@@ -271,6 +271,11 @@ class Supervisor:
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
         if slot.kind == "maintenance" and self.stopping:
             self._note_final_rescue(status)
+        elif slot.kind == "maintenance" and not exited_ok(status):
+            asked = self.rescue.resend()
+            if asked:
+                log.warning("maintenance exited before it confirmed its give-backs; asking"
+                            " its successor again for the jobs of %d dead worker(s)", asked)
         if slot.kind == "worker":
             # What its jobs started may still run: the jobs wait for the group to empty.
             # Which jobs its threads were running is read now, before the slot is reused.
@@ -283,8 +288,7 @@ class Supervisor:
         """A stop exits 69 if the maintenance process did not give back what stopped
         workers held: it said so, or it was killed at the stop's deadline after rescues
         were asked of it (outside trial T10b: three TERMs during an outage exited 0)."""
-        done = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK
-        if self.rescue_asked and not done:
+        if self.rescue_asked and not exited_ok(status):
             self.exit_code = EXIT_RESCUE_FAILED
 
     def _request_rescue(self, child: Child, reason: str, running: list[int]) -> None:
@@ -357,3 +361,7 @@ def _kill_quietly(pid: int, sig: int) -> None:
         _kill(pid, sig)
     except OSError:
         log.exception("could not signal pid %d", pid)
+
+
+def exited_ok(status: int) -> bool:
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK

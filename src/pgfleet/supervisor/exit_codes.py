@@ -57,9 +57,15 @@ def child_exit_reason(status: int, killed_for: str | None,
                       gave_up_mark: bool) -> tuple[str, str, bool]:
     """exit_reason, and whether the child gave up its leases: exit code 67 means that only
     with the worker's own mark on the beacon board. A task may call os._exit(67) too, and
-    that is a crash like any other exit the worker did not choose."""
+    that is a crash like any other exit the worker did not choose. Exit code 0 with the
+    mark: a stop ended with jobs it could not give back (their threads still in task code
+    at the deadline, or the database away); they go back refunded, not as a crash (outside
+    trial T11: a lone job of a worker stopped so ended dead)."""
     reason, label = exit_reason(status, killed_for)
-    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_LEASE_LOST):
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    if code == EXIT_OK and gave_up_mark:
+        return "stopped with jobs it could not give back", label, True
+    if code != EXIT_LEASE_LOST:
         return reason, label, False
     if gave_up_mark:
         return reason, label, True

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import time
+from collections import deque
 from typing import NamedTuple
 
 
@@ -24,10 +26,14 @@ class RescueRequest(NamedTuple):
 class RescuePipe:
     """Created by the arbiter before any fork; each side keeps the end it uses."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_for: float = 0.0) -> None:
         self.read_fd, self.write_fd = os.pipe()
         # The arbiter must never block on a full pipe; the lease expiry is the fallback.
         os.set_blocking(self.write_fd, False)
+        # What was asked within keep_for seconds (a lease: after it the lease watch takes
+        # over), to ask again of a new maintenance process (resend).
+        self.keep_for = keep_for
+        self.sent: deque[tuple[float, bytes]] = deque()
 
     def request(self, worker_id: str, reason: str, running: list[int] | None, *,
                 gave_up: bool = False) -> bool:
@@ -42,8 +48,32 @@ class RescuePipe:
             # A write up to PIPE_BUF is whole or nothing; a longer one could be torn by a
             # nearly full pipe. Beyond it (hundreds of threads), say "unknown" instead.
             line = ids if len(ids) < select.PIPE_BUF else line
+        data = f"{line}\n".encode()
+        if not self._write(data):
+            return False
+        self.sent.append((time.monotonic(), data))
+        return True
+
+    def resend(self) -> int:
+        """Arbiter side, after the maintenance process exited without saying it gave
+        back what it was asked (killed while a lock held its statement: outside trial
+        T11, where the jobs of the dead workers then ended dead by lease expiry): ask its
+        successor again for what was asked within keep_for. A give-back is fenced by the
+        dead worker's id and a running state, so one already done finds nothing. Returns
+        how many requests were written again."""
+        horizon = time.monotonic() - self.keep_for
+        while self.sent and self.sent[0][0] < horizon:
+            self.sent.popleft()
+        written = 0
+        for _, data in self.sent:
+            if not self._write(data):
+                break
+            written += 1
+        return written
+
+    def _write(self, data: bytes) -> bool:
         try:
-            os.write(self.write_fd, f"{line}\n".encode())
+            os.write(self.write_fd, data)
         except BlockingIOError:
             return False
         return True

@@ -466,6 +466,7 @@ def _shut_down(worker: Worker) -> None:
         worker._drop_connection()
         return
     withdrawn, stopped = _stop_jobs(worker)
+    recorded = False
     try:
         if worker.conn is None or worker.conn.closed:
             worker._connect()
@@ -486,10 +487,15 @@ def _shut_down(worker: Worker) -> None:
                         sorted(worker.running))
         else:
             fleet_store.unregister_process(worker.conn, worker.s.worker_id)
+            recorded = True
     except (psycopg.Error, DatabaseUnavailable) as exc:
         log.warning("could not record the shutdown: %s", scrub(str(exc), worker.s.dsn))
     finally:
         worker._drop_connection()
+    if not recorded and worker.beacon is not None:
+        # Jobs are left leased to this process: the supervisor has them given back
+        # refunded once it is gone, as a stop's and not as a crash's.
+        worker.beacon.give_up_leases()
     worker.executor.stop()
     worker.events.stopped.set()
     log.info("worker %s stopped", worker.s.worker_id)
