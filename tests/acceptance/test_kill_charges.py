@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgfleet
 from tests.faults import books
@@ -194,3 +195,33 @@ def test_a_job_still_running_when_a_stop_ends_goes_back_refunded_not_as_a_crash(
     state, _attempt, refunds, crashes, _errors = rows(dsn, [job_id])[job_id]
     assert (state, refunds, crashes) == ("queued", 1, 0), rows(dsn, [job_id])
     assert "stopped with jobs it could not give back" in f.log(), f.log()[-3000:]
+
+
+@pytest.mark.parametrize("upset", ["maintenance killed after the TERM", "HUP just before"])
+def test_a_stop_without_a_maintenance_process_at_its_end_starts_one_for_its_rescue(
+    dsn: str, fleet: Callable[..., Fleet], upset: str
+) -> None:
+    """Outside trial T11b: the maintenance process SIGKILLed 0.1 s after the TERM, or
+    retired by a HUP 50 ms before it, was not replaced during the stop: the workers' jobs
+    left leased were given back by nobody, the supervisor exited 0, and the jobs ended dead
+    by lease expiry. A stop now ends with a maintenance process that gives them back."""
+    ids = pgfleet.enqueue_many(dsn, [{"task": "stubborn", "args": {"seconds": 30.0},
+                                      "max_attempts": 1}] * 2)
+    f = fleet({"default": {"processes": 1, "threads": 2, "kill_grace": "1s"}},
+              supervisor={"shutdown_timeout": "1s"})
+    f.wait_workers(1)
+    wait_for(lambda: scalar(dsn, "SELECT count(*) FROM audit WHERE job_id = ANY(%s)"
+                                 " AND event = 'started'", (ids,)) == 2)
+    maintenance = [pid for pid, title in f.children().items() if "maintenance" in title]
+    assert len(maintenance) == 1, f.children()
+    if upset == "HUP just before":
+        f.signal(signal.SIGHUP)
+        settle(0.05)  # the retiring maintenance exits during the stop; none follows it
+        f.signal(signal.SIGTERM)
+    else:
+        f.signal(signal.SIGTERM)
+        os.kill(maintenance[0], signal.SIGKILL)
+    assert f.wait(60) == 0, f.log()[-3000:]
+    found = rows(dsn, ids)
+    for job_id in ids:
+        assert found[job_id][:4] == ("queued", 1, 1, 0), (job_id, found[job_id])

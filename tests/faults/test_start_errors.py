@@ -27,15 +27,19 @@ def refused(f: Fleet, expected: str) -> None:
     assert expected in lines[0] and "Traceback" not in f.log()
 
 
-def test_a_wrong_password_exits_at_once(db: Db, cfleet: Callable[..., Fleet]) -> None:
+def wrong_password_url(db: Db) -> str:
+    """The URL of a role that logs in with a password, given the wrong one."""
     cluster = db.cluster
     role = f"pgfleet_start_{uuid.uuid4().hex[:6]}"
     create_runtime_role(cluster, db.name, role, password="right-password")
     cluster.password_roles.append(role)
     cluster.write_hba()
     cluster.reload()
-    f = cfleet({"default": {"processes": 1}},
-               dsn=cluster.url(db.name, user=role, password="wrong-password"))
+    return cluster.url(db.name, user=role, password="wrong-password")
+
+
+def test_a_wrong_password_exits_at_once(db: Db, cfleet: Callable[..., Fleet]) -> None:
+    f = cfleet({"default": {"processes": 1}}, dsn=wrong_password_url(db))
     refused(f, "password authentication failed")
     assert "wrong-password" not in f.log()
 
@@ -76,13 +80,7 @@ def test_nothing_listens_is_transient(cfleet: Callable[..., Fleet]) -> None:
 def test_a_lone_worker_with_a_wrong_password_exits_at_once(db: Db) -> None:
     """Outside trial T11: `pgfleet worker` retried a wrong password five times a second,
     forever, where `pgfleet run` exits with one line."""
-    cluster = db.cluster
-    role = f"pgfleet_start_{uuid.uuid4().hex[:6]}"
-    create_runtime_role(cluster, db.name, role, password="right-password")
-    cluster.password_roles.append(role)
-    cluster.write_hba()
-    cluster.reload()
-    url = cluster.url(db.name, user=role, password="wrong-password")
+    url = wrong_password_url(db)
     done = subprocess.run(
         [sys.executable, "-m", "pgfleet", "worker", "--queue", "default",
          "--tasks", "tests.support.jobtasks", "--database-url", url],

@@ -91,7 +91,10 @@ class Supervisor:
         self.signals: list[int] = signals if signals is not None else []
         self.stopping: str | None = None
         self.exit_code = EXIT_OK  # EXIT_RESCUE_FAILED: a stop left jobs to their lease
-        self.rescue_asked = False  # a worker's jobs were handed to maintenance
+        # A worker's jobs were handed to maintenance and no maintenance process has
+        # confirmed them by a clean exit at the stop's end (stopping.maintenance_exited).
+        self.rescue_asked = False
+        self.final_rescues = 0  # maintenance processes started by a stop for its rescue
         self.stop_deadline = 0.0
         self.board = BeaconBoard(BOARD_SLOTS)
         self.free_slots = list(range(BOARD_SLOTS - 1, -1, -1))
@@ -136,6 +139,8 @@ class Supervisor:
                  len(self.config.queues), os.getpid())
         try:
             self._loop()
+            if stopping.rescue_unconfirmed(self):
+                self.exit_code = EXIT_RESCUE_FAILED
         except BaseException:
             # The top-level guard: whatever broke, the children must not be orphaned
             # (they would keep running jobs nobody supervises).
@@ -269,13 +274,8 @@ class Supervisor:
         slot = child.slot
         was_ready = self.board.was_ready(child.board_index)
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
-        if slot.kind == "maintenance" and self.stopping:
-            self._note_final_rescue(status)
-        elif slot.kind == "maintenance" and not exited_ok(status):
-            asked = self.rescue.resend()
-            if asked:
-                log.warning("maintenance exited before it confirmed its give-backs; asking"
-                            " its successor again for the jobs of %d dead worker(s)", asked)
+        if slot.kind == "maintenance":
+            stopping.maintenance_exited(self, status)
         if slot.kind == "worker":
             # What its jobs started may still run: the jobs wait for the group to empty.
             # Which jobs its threads were running is read now, before the slot is reused.
@@ -283,13 +283,6 @@ class Supervisor:
             self.draining.add(child.pid, (child, reason, running))
         if not child.retiring and not self.stopping:
             self.restarts.record_exit(self.config, slot, restart_reason, was_ready)
-
-    def _note_final_rescue(self, status: int) -> None:
-        """A stop exits 69 if the maintenance process did not give back what stopped
-        workers held: it said so, or it was killed at the stop's deadline after rescues
-        were asked of it (outside trial T10b: three TERMs during an outage exited 0)."""
-        if self.rescue_asked and not exited_ok(status):
-            self.exit_code = EXIT_RESCUE_FAILED
 
     def _request_rescue(self, child: Child, reason: str, running: list[int]) -> None:
         """Tell the maintenance process to give back what the dead worker held, never
@@ -362,6 +355,3 @@ def _kill_quietly(pid: int, sig: int) -> None:
     except OSError:
         log.exception("could not signal pid %d", pid)
 
-
-def exited_ok(status: int) -> bool:
-    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK

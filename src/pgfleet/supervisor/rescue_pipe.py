@@ -54,6 +54,16 @@ class RescuePipe:
         self.sent.append((time.monotonic(), data))
         return True
 
+    def recent(self) -> bool:
+        """Was anything asked within keep_for?"""
+        self._forget_old()
+        return bool(self.sent)
+
+    def _forget_old(self) -> None:
+        horizon = time.monotonic() - self.keep_for
+        while self.sent and self.sent[0][0] < horizon:
+            self.sent.popleft()
+
     def resend(self) -> int:
         """Arbiter side, after the maintenance process exited without saying it gave
         back what it was asked (killed while a lock held its statement: outside trial
@@ -61,9 +71,7 @@ class RescuePipe:
         successor again for what was asked within keep_for. A give-back is fenced by the
         dead worker's id and a running state, so one already done finds nothing. Returns
         how many requests were written again."""
-        horizon = time.monotonic() - self.keep_for
-        while self.sent and self.sent[0][0] < horizon:
-            self.sent.popleft()
+        self._forget_old()
         written = 0
         for _, data in self.sent:
             if not self._write(data):

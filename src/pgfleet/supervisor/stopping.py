@@ -13,6 +13,9 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
+from pgfleet.supervisor.children import Slot
+from pgfleet.supervisor.exit_codes import EXIT_OK, EXIT_RESCUE_FAILED
+
 if TYPE_CHECKING:
     from pgfleet.supervisor.arbiter import Supervisor
 
@@ -20,6 +23,8 @@ log = logging.getLogger("pgfleet.supervisor")
 
 # After this much time beyond the shutdown timeout, the stop turns into SIGKILL.
 STOP_MARGIN = 5.0
+# Maintenance processes a stop starts for its final rescue, at most.
+FINAL_RESCUES = 2
 
 
 def signal_child(pid: int, sig: int) -> None:
@@ -78,10 +83,52 @@ def step(sup: Supervisor) -> bool:
     if sup.draining and time.monotonic() <= sup.stop_deadline + STOP_MARGIN:
         return False  # maintenance must stay for their rescue
     sup.draining.give_up()
+    start_final_rescue(sup)
     for child in sup.children.values():
         if not child.retiring:
             sup.retire(child, "stop")
     return not sup.children
+
+
+def start_final_rescue(sup: Supervisor) -> None:
+    """Once no worker is left: if stopped workers' jobs were handed to maintenance and no
+    maintenance process is there to give them back (a reload's retiring one exited just
+    before, or it was killed during the stop), start one; it is stopped at once and does
+    the final rescue (outside trial T11b: a HUP then a TERM 50 ms later, or maintenance
+    killed after the TERM, exited 0 and the jobs ended dead by lease expiry). Twice at
+    most: a stop must end."""
+    if (not sup.rescue_asked or sup.final_rescues >= FINAL_RESCUES
+            or any(c.slot.kind == "maintenance" for c in sup.children.values())):
+        return
+    sup.final_rescues += 1
+    log.info("starting a maintenance process to give back the stopped workers' jobs")
+    sup._spawn(Slot("maintenance"))
+
+
+def maintenance_exited(sup: Supervisor, status: int) -> None:
+    """A maintenance process exited. Cleanly during a stop with no worker left: its final
+    rescue gave back all that was asked (no request can come after it). Otherwise, if
+    it did not exit cleanly, it may have taken requests it read with it (killed while a
+    client's lock held its statement: outside trial T11): they are asked again of the
+    next maintenance process, a successor or start_final_rescue's; but not of another
+    final rescue once one waited for the database in vain (exit 69): the stop ends."""
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    if code == EXIT_OK:
+        if sup.stopping and not any(c.slot.kind == "worker" for c in sup.children.values()):
+            sup.rescue_asked = False
+        return
+    if code == EXIT_RESCUE_FAILED:
+        sup.final_rescues = FINAL_RESCUES
+    asked = sup.rescue.resend()
+    if asked:
+        log.warning("maintenance exited before it confirmed its give-backs; asking the next"
+                    " one again for the jobs of %d dead worker(s)", asked)
+
+
+def rescue_unconfirmed(sup: Supervisor) -> bool:
+    """At the end of a stop: were jobs handed to maintenance that no maintenance process
+    confirmed giving back? Then they wait for their lease, and the stop exits 69."""
+    return sup.rescue_asked and sup.rescue.recent()
 
 
 def kill_workers(sup: Supervisor, why: str) -> None:
