@@ -54,11 +54,6 @@ class RescuePipe:
         self.sent.append((time.monotonic(), data))
         return True
 
-    def recent(self) -> bool:
-        """Was anything asked within keep_for?"""
-        self._forget_old()
-        return bool(self.sent)
-
     def _forget_old(self) -> None:
         horizon = time.monotonic() - self.keep_for
         while self.sent and self.sent[0][0] < horizon:

@@ -128,7 +128,7 @@ def maintenance_exited(sup: Supervisor, status: int) -> None:
 def rescue_unconfirmed(sup: Supervisor) -> bool:
     """At the end of a stop: were jobs handed to maintenance that no maintenance process
     confirmed giving back? Then they wait for their lease, and the stop exits 69."""
-    return sup.rescue_asked and sup.rescue.recent()
+    return sup.rescue_asked
 
 
 def kill_workers(sup: Supervisor, why: str) -> None:
