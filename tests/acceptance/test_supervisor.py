@@ -397,6 +397,26 @@ def test_a_term_during_the_start_up_checks_stops_cleanly(
     assert "spawned" not in log, log[-2000:]
 
 
+def test_a_hup_during_the_start_up_checks_is_a_reload_not_a_kill(
+    dsn: str, fleet: Callable[..., Fleet], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Re-trial T11b: a HUP (`reload`) in the first seconds ended the supervisor by the
+    default action (129, nothing logged). It is kept and acted on once it runs."""
+    marker = tmp_path / "importing"
+    monkeypatch.setenv("PGFLEET_TEST_SLOW_IMPORT", str(marker))
+    f = fleet({"default": {"processes": 1}},
+              tasks=["tests.support.jobtasks", "tests.support.slow_import"],
+              schedules={"nightly": {"cron": "0 3 * * *", "task": "slow_import.noop"}})
+    wait_for(marker.exists)
+    f.signal(signal.SIGHUP)
+    f.wait_workers(1)
+    wait_for(lambda: "reloading" in f.log())
+    assert f.proc is not None and f.proc.poll() is None, f.log()[-2000:]
+    f.signal(signal.SIGTERM)
+    assert f.wait(30) == 0, f.log()[-2000:]
+
+
 def test_a_stop_that_reaches_a_worker_while_it_imports_its_tasks_is_kept(
     dsn: str, fleet: Callable[..., Fleet], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

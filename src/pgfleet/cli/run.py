@@ -52,6 +52,10 @@ def supervise(path: str, config: Config, dsn: str,
     # the process with 143 and no word in its log (outside trial T10).
     early: list[int] = []
     keep_stops(early)
+    # So is a reload (HUP), whose default action ended the process with 129 (re-trial
+    # T11b: a `reload` seconds after a start on a loaded host); the supervisor reads the
+    # file again once it runs.
+    signal.signal(signal.SIGHUP, lambda signum, _frame: early.append(signum))
     if adjust is not None:
         config = adjust(config)
     report(*check_in_child(config))
