@@ -417,6 +417,23 @@ def test_a_hup_during_the_start_up_checks_is_a_reload_not_a_kill(
     assert f.wait(30) == 0, f.log()[-2000:]
 
 
+def test_hups_during_a_stop_and_after_it_do_not_change_its_exit(
+    dsn: str, fleet: Callable[..., Fleet],
+) -> None:
+    """Re-trial T11c: a HUP that landed as the supervisor finished a clean stop ended it by
+    the default action (exit 129 after "supervisor stopped"): a reload or a log rotation
+    during `systemctl stop` would record the stop as failed."""
+    f = fleet({"default": {"processes": 1}})
+    f.wait_workers(1)
+    assert f.proc is not None
+    f.signal(signal.SIGTERM)
+    while f.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            f.signal(signal.SIGHUP)
+        settle(0.01)
+    assert f.wait(30) == 0, f.log()[-2000:]
+
+
 def test_a_stop_that_reaches_a_worker_while_it_imports_its_tasks_is_kept(
     dsn: str, fleet: Callable[..., Fleet], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -71,8 +71,8 @@ def supervise(path: str, config: Config, dsn: str,
         shutil.rmtree(metrics_dir, ignore_errors=True)
     # Stopped: a stop signal now has nothing left to stop. Python puts back the default
     # action of its handlers as it exits, and a TERM landing then ended the process with
-    # 143 after "supervisor stopped" (outside trial T10b).
-    for sig in STOP_SIGNALS:
+    # 143 after "supervisor stopped" (outside trial T10b); a HUP, with 129 (T11c).
+    for sig in (*STOP_SIGNALS, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     sys.exit(code)
 
