@@ -139,7 +139,7 @@ class Supervisor:
                  len(self.config.queues), os.getpid())
         try:
             self._loop()
-            if stopping.rescue_unconfirmed(self):
+            if self.rescue_asked:  # no maintenance process confirmed the give-backs
                 self.exit_code = EXIT_RESCUE_FAILED
         except BaseException:
             # The top-level guard: whatever broke, the children must not be orphaned
@@ -209,7 +209,7 @@ class Supervisor:
                 continue
             if not self.restarts.may_start(slot, now):
                 continue
-            self._spawn(slot)
+            self.spawn(slot)
         # TTOU or a smaller reload: retire the workers beyond the wanted set.
         wanted_set = set(wanted)
         for child in self.children.values():
@@ -219,7 +219,7 @@ class Supervisor:
                 # The `2/4` of its process title follows TTIN, TTOU and reloads.
                 self.board.set_peers(child.board_index, self._worker_count(child.slot))
 
-    def _spawn(self, slot: Slot) -> None:
+    def spawn(self, slot: Slot) -> None:
         board_index = self.free_slots.pop()
         self.board.reset_unready(board_index)
         self.board.set_peers(board_index, self._worker_count(slot))
@@ -354,4 +354,3 @@ def _kill_quietly(pid: int, sig: int) -> None:
         _kill(pid, sig)
     except OSError:
         log.exception("could not signal pid %d", pid)
-

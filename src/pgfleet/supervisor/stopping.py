@@ -102,7 +102,7 @@ def start_final_rescue(sup: Supervisor) -> None:
         return
     sup.final_rescues += 1
     log.info("starting a maintenance process to give back the stopped workers' jobs")
-    sup._spawn(Slot("maintenance"))
+    sup.spawn(Slot("maintenance"))
 
 
 def maintenance_exited(sup: Supervisor, status: int) -> None:
@@ -123,12 +123,6 @@ def maintenance_exited(sup: Supervisor, status: int) -> None:
     if asked:
         log.warning("maintenance exited before it confirmed its give-backs; asking the next"
                     " one again for the jobs of %d dead worker(s)", asked)
-
-
-def rescue_unconfirmed(sup: Supervisor) -> bool:
-    """At the end of a stop: were jobs handed to maintenance that no maintenance process
-    confirmed giving back? Then they wait for their lease, and the stop exits 69."""
-    return sup.rescue_asked
 
 
 def kill_workers(sup: Supervisor, why: str) -> None:
