@@ -13,7 +13,7 @@ import pytest
 
 from pgfleet.supervisor.exit_codes import EXIT_RESCUE_FAILED
 from tests.faults.conftest import Db
-from tests.faults.helpers import enqueue, job_row
+from tests.faults.helpers import audited, enqueue, job_row
 from tests.support.fleet import Fleet, settle
 from tests.support.workers import scalar, wait_for
 
@@ -33,6 +33,11 @@ def _start(db: Db, cfleet: Callable[..., Fleet], **supervisor: str) -> tuple[Fle
                            *[{"task": "noop", "max_attempts": 1}] * 5])
     wait_for(lambda: scalar(db.dsn, "SELECT count(*) FROM pgfleet.jobs"
                                     " WHERE state = 'running'") == 6)
+    # The spinner's first act writes to the database (its "started" audit). Stopped
+    # under that write (CI, under load), the task failed, the one thread went on to the
+    # prefetched jobs, which failed the same way, and the last two were rightly given
+    # back as having run: the outage must begin once it spins, as in test_lease_lost.
+    wait_for(lambda: audited(db.dsn, "started") == 1)
     return f, ids
 
 
