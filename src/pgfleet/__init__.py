@@ -1,28 +1,34 @@
 """pgfleet: background jobs on PostgreSQL alone."""
 
-# First of all, when this process is the `pgfleet` command: a URL given as --database-url
-# leaves the command line before the imports below (most of a start-up) run.
-from pgfleet.shown_argv import hide_in_command
+# First of all, when this process is the `pgfleet` command, before the imports below
+# (most of a start-up) run: a TERM or HUP is noted rather than ending the process
+# (early_signals), and a URL given as --database-url leaves the command line.
+import sys
 
-hide_in_command()
+from pgfleet import early_signals
+from pgfleet.shown_argv import hide_database_url, is_this_the_command
 
-from pgfleet.async_client import (  # noqa: E402
+if is_this_the_command():
+    early_signals.keep()
+    hide_database_url(sys.argv)
+
+from pgfleet.async_client import (
     enqueue_async,
     enqueue_job_async,
     enqueue_many_async,
 )
-from pgfleet.client import enqueue, enqueue_job, enqueue_many  # noqa: E402
-from pgfleet.context import JobContext, current_job  # noqa: E402
-from pgfleet.control import cancel, cancel_many, result  # noqa: E402
-from pgfleet.errors import (  # noqa: E402
+from pgfleet.client import enqueue, enqueue_job, enqueue_many
+from pgfleet.context import JobContext, current_job
+from pgfleet.control import cancel, cancel_many, result
+from pgfleet.errors import (
     DatabaseUnavailable,
     JobCancelled,
     JobFailed,
     PayloadError,
     PgfleetError,
 )
-from pgfleet.rows import Enqueued  # noqa: E402
-from pgfleet.tasks import PermanentError, Retry, Snooze, task  # noqa: E402
+from pgfleet.rows import Enqueued
+from pgfleet.tasks import PermanentError, Retry, Snooze, task
 
 __version__ = "0.1.0"
 

@@ -1,8 +1,9 @@
 """The command line as other local accounts see it (`ps`, /proc/PID/cmdline).
 
 A top-level module that imports nothing of pgfleet and nothing slow: the package's
-__init__ calls hide_in_command() first, so a URL given as --database-url is hidden before
-the driver, pydantic and click are imported (which takes most of a start-up), not after.
+__init__ calls hide_database_url() first when is_this_the_command(), so a URL given as
+--database-url is hidden before the driver, pydantic and click are imported (which takes
+most of a start-up), not after.
 """
 
 from __future__ import annotations
@@ -55,8 +56,7 @@ def is_pgfleet_command(argv: list[str], orig_argv: list[str]) -> bool:
     return False
 
 
-def hide_in_command() -> None:
-    """hide_database_url() of this process, if it is the pgfleet command."""
+def is_this_the_command() -> bool:
+    """is_pgfleet_command() of this process."""
     argv = list(sys.argv)
-    if argv and is_pgfleet_command(argv, list(getattr(sys, "orig_argv", []))):
-        hide_database_url(argv)
+    return bool(argv) and is_pgfleet_command(argv, list(getattr(sys, "orig_argv", [])))

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from pgfleet import __version__, logs
+from pgfleet import __version__, early_signals, logs
 from pgfleet.cli.check import check, config_schema
 from pgfleet.cli.common import EXIT_USAGE, fail, global_options
 from pgfleet.cli.cron import cron
@@ -31,6 +31,10 @@ from pgfleet.shown_argv import hide_database_url
 @click.pass_context
 def cli(ctx: click.Context, log_format: str) -> None:
     """pgfleet: background jobs on PostgreSQL alone."""
+    if ctx.invoked_subcommand != "run":
+        # Only the supervisor acts on a signal that came while pgfleet was imported
+        # (cli.run.supervise takes it); any other command ends as it always did.
+        early_signals.release()
     logs.setup(log_format)
     ctx.ensure_object(dict)["log_format"] = log_format
 
@@ -44,6 +48,15 @@ def main() -> None:
     """Console entry point: click's usage errors become one line and exit status 2."""
     hide_database_url(sys.argv)
     try:
+        _dispatch()
+    finally:
+        early_signals.release()  # --help, --version, a usage error: nothing took them
+    sys.exit(0)
+
+
+def _dispatch() -> None:
+    """Run the command; click's exceptions become one line and an exit status."""
+    try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         fail("aborted", 130)
@@ -53,4 +66,3 @@ def main() -> None:
         fail(f"{exc.format_message()}{where}", EXIT_USAGE)
     except SystemExit:
         raise
-    sys.exit(0)

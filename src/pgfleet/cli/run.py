@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import click
 
+from pgfleet import early_signals
 from pgfleet.child import STOP_SIGNALS, keep_stops
 from pgfleet.cli.common import (
     EXIT_USAGE,
@@ -47,10 +48,11 @@ def supervise(path: str, config: Config, dsn: str,
     """Check the file's last details and run the supervisor until it stops; exits with
     its code. `adjust` changes the config as read, now and at every reload (`pgfleet
     dev` adds its web UI that way)."""
-    # A stop asked for during the checks below (they import the task modules, which may
-    # take seconds) is kept for the supervisor, not left to the default action: that ended
-    # the process with 143 and no word in its log (outside trial T10).
-    early: list[int] = []
+    # A stop asked for while pgfleet was imported (early_signals) or during the checks
+    # below (they import the task modules, which may take seconds) is kept for the
+    # supervisor, not left to the default action: that ended the process with 143 and no
+    # word in its log (outside trials T10, T11c).
+    early = early_signals.take()
     keep_stops(early)
     # So is a reload (HUP), whose default action ended the process with 129 (re-trial
     # T11b: a `reload` seconds after a start on a loaded host); the supervisor reads the
