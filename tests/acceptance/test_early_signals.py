@@ -1,8 +1,9 @@
-"""Signals that reach the `pgfleet` command while Python imports pgfleet itself (its
-driver, pydantic, click): about a second idle, 5-8 s at load average 8 (outside trial
-T11c). A TERM or a HUP there ended `pgfleet run` with 143 or 129 and nothing logged.
-tests/support/slow_driver makes the driver's import take seconds and says when it began,
-so each signal here lands inside pgfleet's own imports."""
+"""Signals that reach the `pgfleet` command before the supervisor runs: while Python
+imports pgfleet itself (its driver, pydantic, click: about a second idle, 5-8 s at load
+average 8, outside trial T11c) and while `pgfleet run`'s start-up checks import the task
+modules (T10, T11b). A TERM or a HUP there ended `pgfleet run` with 143 or 129 and nothing
+logged. tests/support/slow_driver and tests/support/slow_import make each phase take
+seconds and say when it began, so each signal lands inside it."""
 
 from __future__ import annotations
 
@@ -32,10 +33,26 @@ def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def test_a_term_while_pgfleet_run_imports_pgfleet_stops_it_cleanly(
-        fleet: Callable[..., Fleet], marker: Path) -> None:
-    f = fleet({"default": {"processes": 1}})
-    wait_for(marker.exists)
+@pytest.fixture(params=["importing pgfleet", "start-up checks"])
+def caught_early(request: pytest.FixtureRequest, fleet: Callable[..., Fleet],
+                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fleet:
+    """A `pgfleet run` caught in one phase before its supervisor runs."""
+    if request.param == "importing pgfleet":
+        path = request.getfixturevalue("marker")
+        f = fleet({"default": {"processes": 1}})
+    else:
+        path = tmp_path / "importing-the-tasks"
+        monkeypatch.setenv("PGFLEET_TEST_SLOW_IMPORT", str(path))
+        f = fleet({"default": {"processes": 1}},
+                  tasks=["tests.support.jobtasks", "tests.support.slow_import"],
+                  schedules={"nightly": {"cron": "0 3 * * *", "task": "slow_import.noop"}})
+    wait_for(path.exists)
+    return f
+
+
+def test_a_term_before_the_supervisor_runs_stops_it_cleanly(caught_early: Fleet) -> None:
+    """It stops as soon as it runs, before starting any child."""
+    f = caught_early
     f.signal(signal.SIGTERM)
     assert f.wait(30) == 0, f.log()[-2000:]
     log = f.log()
@@ -43,10 +60,8 @@ def test_a_term_while_pgfleet_run_imports_pgfleet_stops_it_cleanly(
     assert "spawned" not in log, log[-2000:]
 
 
-def test_a_hup_while_pgfleet_run_imports_pgfleet_is_a_reload(
-        fleet: Callable[..., Fleet], marker: Path) -> None:
-    f = fleet({"default": {"processes": 1}})
-    wait_for(marker.exists)
+def test_a_hup_before_the_supervisor_runs_is_a_reload(caught_early: Fleet) -> None:
+    f = caught_early
     f.signal(signal.SIGHUP)
     f.wait_workers(1)
     wait_for(lambda: "reloading" in f.log())

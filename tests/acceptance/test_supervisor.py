@@ -377,48 +377,6 @@ def test_a_third_stop_signal_kills_the_workers_and_their_jobs_are_given_back(
     assert "killing the workers" in f.log(), f.log()[-2000:]
 
 
-def in_start_up_checks(fleet: Callable[..., Fleet], tmp_path: Path,
-                       monkeypatch: pytest.MonkeyPatch) -> Fleet:
-    """A supervisor caught in its start-up checks, importing a slow task module."""
-    marker = tmp_path / "importing"
-    monkeypatch.setenv("PGFLEET_TEST_SLOW_IMPORT", str(marker))
-    f = fleet({"default": {"processes": 1}},
-              tasks=["tests.support.jobtasks", "tests.support.slow_import"],
-              schedules={"nightly": {"cron": "0 3 * * *", "task": "slow_import.noop"}})
-    wait_for(marker.exists)
-    return f
-
-
-def test_a_term_during_the_start_up_checks_stops_cleanly(
-    dsn: str, fleet: Callable[..., Fleet], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Outside trial T10: a TERM in the first seconds (while the checks import the task
-    modules) killed the supervisor by the default action: exit 143, nothing logged. The
-    stop is now kept for the supervisor, which stops before starting any child."""
-    f = in_start_up_checks(fleet, tmp_path, monkeypatch)
-    f.signal(signal.SIGTERM)
-    assert f.wait(30) == 0, f.log()[-2000:]
-    log = f.log()
-    assert "SIGTERM: stopping gracefully" in log and "supervisor stopped" in log, log[-2000:]
-    assert "spawned" not in log, log[-2000:]
-
-
-def test_a_hup_during_the_start_up_checks_is_a_reload_not_a_kill(
-    dsn: str, fleet: Callable[..., Fleet], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Re-trial T11b: a HUP (`reload`) in the first seconds ended the supervisor by the
-    default action (129, nothing logged). It is kept and acted on once it runs."""
-    f = in_start_up_checks(fleet, tmp_path, monkeypatch)
-    f.signal(signal.SIGHUP)
-    f.wait_workers(1)
-    wait_for(lambda: "reloading" in f.log())
-    assert f.proc is not None and f.proc.poll() is None, f.log()[-2000:]
-    f.signal(signal.SIGTERM)
-    assert f.wait(30) == 0, f.log()[-2000:]
-
-
 def test_hups_during_a_stop_and_after_it_do_not_change_its_exit(
     dsn: str, fleet: Callable[..., Fleet],
 ) -> None:
