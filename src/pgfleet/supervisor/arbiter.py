@@ -333,6 +333,11 @@ class Supervisor:
             self.retire(child, "reload")
 
     def retire(self, child: Child, why: str) -> None:
+        """Ask a child to stop gracefully, once: a worker takes a second TERM for "stop
+        quickly" (outside trial T12: a reload then a stop, or two reloads, cut the old
+        workers' running jobs off, and repeated pairs ended an innocent job dead)."""
+        if child.retiring:
+            return
         child.retiring = True
         log.info("retiring %s pid %d (%s)", label(child.slot), child.pid, why)
         _kill(child.pid, signal.SIGTERM)

@@ -53,7 +53,11 @@ def begin(sup: Supervisor, mode: str, signame: str) -> None:
                               + STOP_MARGIN)
         log.info("%s: stopping gracefully (running jobs get %.0fs)", signame,
                  sup.config.supervisor.shutdown_timeout)
-        signal_kind(sup, "worker", signal.SIGTERM)
+        # Not the workers a reload retires: they are stopping gracefully already, and a
+        # second TERM would hurry them (Supervisor.retire).
+        for child in sup.children.values():
+            if child.slot.kind == "worker" and not child.retiring:
+                signal_child(child.pid, signal.SIGTERM)
     elif mode == "quick":
         sup.stop_deadline = time.monotonic() + STOP_MARGIN
         log.info("%s: quick stop (running jobs are given back)", signame)
