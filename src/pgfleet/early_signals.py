@@ -3,7 +3,8 @@
 Importing pgfleet, its driver, pydantic and click takes about a second on an idle host
 and several on a loaded one (outside trial T11c: 5-8 s at load average 8). A TERM or a
 HUP in that window met the default action: `pgfleet run` ended with 143 or 129 and
-nothing in its log, and a `reload` right after a deploy's start killed the supervisor.
+nothing in its log, and a `reload` right after a deploy's start killed the supervisor; a
+TTIN or TTOU suspended it.
 The package's __init__ calls keep() first, when this process is the pgfleet command, so
 such a signal is noted instead. The supervisor then takes what was noted (take) and
 acts on it as if it had come a moment later; every other command gets the default
@@ -17,8 +18,11 @@ from __future__ import annotations
 
 import signal
 
-# What is kept: the stops (as pgfleet.child.STOP_SIGNALS) and a reload.
-KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+# What is kept: the stops (as pgfleet.child.STOP_SIGNALS), a reload, and one worker more
+# or fewer (TTIN, TTOU: their default action suspends the process, and a supervisor
+# suspended that way ignored the TERM of a `systemctl stop`: outside trial T12).
+KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
+                signal.SIGTTIN, signal.SIGTTOU)
 
 _kept: list[int] = []
 _state = "idle"  # "keeping" once keep() ran; "taken" or "released" after

@@ -70,6 +70,17 @@ def test_a_hup_before_the_supervisor_runs_is_a_reload(caught_early: Fleet) -> No
     assert f.wait(30) == 0, f.log()[-2000:]
 
 
+def test_a_ttin_before_the_supervisor_runs_adds_a_worker_once_it_runs(
+        caught_early: Fleet) -> None:
+    """Outside trial T12: its default action suspended the process, which then ignored
+    TERM until a SIGCONT."""
+    f = caught_early
+    f.signal(signal.SIGTTIN)
+    f.wait_workers(2)
+    f.signal(signal.SIGTERM)
+    assert f.wait(30) == 0, f.log()[-2000:]
+
+
 def _command_signalled_while_importing(marker: Path, tmp_path: Path, sig: int,
                                        *args: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "pgfleet.yaml"

@@ -56,8 +56,9 @@ def supervise(path: str, config: Config, dsn: str,
     keep_stops(early)
     # So is a reload (HUP), whose default action ended the process with 129 (re-trial
     # T11b: a `reload` seconds after a start on a loaded host); the supervisor reads the
-    # file again once it runs.
-    signal.signal(signal.SIGHUP, lambda signum, _frame: early.append(signum))
+    # file again once it runs. And TTIN / TTOU, whose default action suspended it (T12).
+    for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
     if adjust is not None:
         config = adjust(config)
     report(*check_in_child(config))
@@ -73,8 +74,9 @@ def supervise(path: str, config: Config, dsn: str,
         shutil.rmtree(metrics_dir, ignore_errors=True)
     # Stopped: a stop signal now has nothing left to stop. Python puts back the default
     # action of its handlers as it exits, and a TERM landing then ended the process with
-    # 143 after "supervisor stopped" (outside trial T10b); a HUP, with 129 (T11c).
-    for sig in (*STOP_SIGNALS, signal.SIGHUP):
+    # 143 after "supervisor stopped" (outside trial T10b); a HUP, with 129 (T11c); a TTIN
+    # or TTOU would suspend it before its exit.
+    for sig in (*STOP_SIGNALS, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(sig, signal.SIG_IGN)
     sys.exit(code)
 
