@@ -92,3 +92,20 @@ def test_stop_signals_repeated_during_an_outage_still_report_what_was_not_given_
     finally:
         db.cluster.start()
     assert "wait for their lease" in f.log(), f.log()[-3000:]
+
+
+def test_a_stop_with_the_database_away_since_the_start_exits_cleanly(
+        db: Db, cfleet: Callable[..., Fleet]) -> None:
+    """Outside trial T12: workers that never reached the database were taken for workers
+    with jobs to give back, so the stop waited for the database, then exited 69 saying
+    the jobs of stopped workers waited for their lease. They never claimed any."""
+    db.cluster.stop("fast")
+    try:
+        f = cfleet({"default": {"processes": 2, "kill_grace": "1s"}}, supervisor=SHORT_LEASE)
+        wait_for(lambda: len(f.workers()) == 2)
+        wait_for(lambda: f.log().count("cannot connect to the database") >= 2)
+        f.signal(signal.SIGTERM)
+        assert f.wait(60) == 0, f.log()[-3000:]
+    finally:
+        db.cluster.start()
+    assert "wait for their lease" not in f.log(), f.log()[-3000:]

@@ -276,13 +276,18 @@ class Supervisor:
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
         if slot.kind == "maintenance":
             stopping.maintenance_exited(self, status)
-        if slot.kind == "worker":
+        if slot.kind == "worker" and not self._held_nothing(child, status):
             # What its jobs started may still run: the jobs wait for the group to empty.
             # Which jobs its threads were running is read now, before the slot is reused.
             running = self.board.running_jobs(child.board_index)
             self.draining.add(child.pid, (child, reason, running))
         if not child.retiring and not self.stopping:
             self.restarts.record_exit(self.config, slot, restart_reason, was_ready)
+
+    def _held_nothing(self, child: Child, status: int) -> bool:
+        """A worker that exited 0 saying it never claimed a job: no rescue to ask for."""
+        return (os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK
+                and self.board.held_nothing(child.board_index))
 
     def _request_rescue(self, child: Child, reason: str, running: list[int]) -> None:
         """Tell the maintenance process to give back what the dead worker held, never

@@ -18,7 +18,9 @@ import time
 
 _BEAT = struct.Struct("dd")  # last beat (monotonic seconds), jobs running: the child's
 _PEERS = struct.Struct("d")  # workers of the child's queue: the master's
-_GAVE_UP = struct.Struct("d")  # 1.0 once the child gave up its leases: the child's
+_GAVE_UP = struct.Struct("d")  # the child's exit mark: GAVE_UP or HELD_NOTHING
+GAVE_UP = 1.0  # it exits with jobs still leased to it, on purpose
+HELD_NOTHING = 2.0  # it exits never having claimed a job: there is nothing to give back
 _GAVE_UP_AT = _BEAT.size + _PEERS.size
 _SLOT_SIZE = _GAVE_UP_AT + _GAVE_UP.size
 # Per executor thread, the last two jobs whose task it entered (0: none), after the beat
@@ -60,8 +62,15 @@ class BeaconBoard:
 
     def gave_up_leases(self, index: int) -> bool:
         """Did the child in this slot mark that it gave up its leases (read after it died)?"""
+        return self._exit_mark(index) == GAVE_UP
+
+    def held_nothing(self, index: int) -> bool:
+        """Did the child in this slot mark that it never claimed a job (read after it died)?"""
+        return self._exit_mark(index) == HELD_NOTHING
+
+    def _exit_mark(self, index: int) -> float:
         (mark,) = _GAVE_UP.unpack_from(self.memory, index * _SLOT_SIZE + _GAVE_UP_AT)
-        return bool(mark == 1.0)
+        return float(mark)
 
     def running_jobs(self, index: int) -> list[int]:
         """The jobs whose task code the child in this slot ran last, two per thread (read
@@ -97,7 +106,14 @@ class Beacon:
 
     def give_up_leases(self) -> None:
         """The worker is about to exit because it could not renew its leases."""
-        _GAVE_UP.pack_into(self.board.memory, self.index * _SLOT_SIZE + _GAVE_UP_AT, 1.0)
+        self._mark_exit(GAVE_UP)
+
+    def held_nothing(self) -> None:
+        """The worker is about to exit without ever having claimed a job."""
+        self._mark_exit(HELD_NOTHING)
+
+    def _mark_exit(self, mark: float) -> None:
+        _GAVE_UP.pack_into(self.board.memory, self.index * _SLOT_SIZE + _GAVE_UP_AT, mark)
 
     def peers(self) -> int:
         """Workers of this child's queue, as the master last wrote it."""

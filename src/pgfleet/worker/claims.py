@@ -36,6 +36,10 @@ class Claims:
         # prefetch auto sizes claims by what it measured; the database bounds their args
         # (a fixed prefetch takes what it was given).
         self.max_bytes = claim_bytes(s.threads) if s.prefetch is None else None
+        # Set before the first claim is sent: until then no job can be leased to this
+        # worker (its fused completion + claim follows a claim), so nothing is to be
+        # given back when it exits.
+        self.sent = False
 
     @property
     def limited(self) -> bool:
@@ -60,6 +64,7 @@ class Claims:
         """Claim up to `limit` jobs in the caller's transaction. `held`, `held_solo`: what
         this process keeps running (crash containment); `after`: where the plain claim
         starts in the claim order (pgfleet.worker.claim_cursor)."""
+        self.sent = True
         self.refresh(conn)
         s = self.s
         if self.flow is None:

@@ -148,7 +148,7 @@ class Worker(ChildProcess):
     def run(self) -> int:
         """Run until stopped; returns the process exit code."""
         if not self._connect_first():
-            return self.exit_code
+            return _stopped_before_connecting(self)
         publish_defaults(self.conn, self.s.defaults, self.s.dsn)
         self.executor.start(self.s.threads)
         watchdog = _watchdog(self.leases, lambda: len(self.running))
@@ -454,6 +454,15 @@ def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
         worker.executor.hand(running)
 
 
+def _stopped_before_connecting(worker: Worker) -> int:
+    """Stopped while it waited for the database: it claimed nothing, so there is nothing
+    to give back, and the supervisor's stop need not wait for the database (outside trial
+    T12: it did, then exited 69 saying jobs were left to their lease)."""
+    if worker.beacon is not None:
+        worker.beacon.held_nothing()
+    return worker.exit_code
+
+
 def _shut_down(worker: Worker) -> None:
     """Stop the job threads, then release only what is known stopped: outcomes are
     committed, interrupted jobs given back. A job whose thread may still run stays
@@ -493,9 +502,14 @@ def _shut_down(worker: Worker) -> None:
     finally:
         worker._drop_connection()
     if not recorded and worker.beacon is not None:
-        # Jobs are left leased to this process: the supervisor has them given back
-        # refunded once it is gone, as a stop's and not as a crash's.
-        worker.beacon.give_up_leases()
+        if worker.claims.sent:
+            # Jobs may be left leased to this process: the supervisor has them given back
+            # refunded once it is gone, as a stop's and not as a crash's.
+            worker.beacon.give_up_leases()
+        else:
+            # Connected, but the database went away before any claim: nothing to give
+            # back (as _stopped_before_connecting).
+            worker.beacon.held_nothing()
     worker.executor.stop()
     worker.events.stopped.set()
     log.info("worker %s stopped", worker.s.worker_id)
