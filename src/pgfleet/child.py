@@ -273,6 +273,9 @@ def fork_keeping_stops() -> int:
     pid = os.fork()
     if pid == 0:
         keep_stops(EARLY_STOPS)
+        # Not the parent's wake-up pipe, which the child closes next: a signal then made
+        # Python print "Exception ignored ... Bad file descriptor" (outside trial T12).
+        signal.set_wakeup_fd(-1)
     signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return pid
 

@@ -50,3 +50,20 @@ def test_a_stop_sent_while_the_child_is_still_forking_is_kept_for_it(
     assert parent_handler == []  # and the parent's own handler saw nothing
     # The parent's stop signals are not left blocked after the fork.
     assert not set(child.STOP_SIGNALS) & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_a_child_does_not_inherit_the_parents_wake_up_pipe() -> None:
+    """Outside trial T12: the supervisor's signal wake-up fd stayed set in a new child,
+    which closes that pipe; a signal meanwhile made Python print "Exception ignored ...
+    Bad file descriptor" into the log."""
+    _, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    before = signal.set_wakeup_fd(write_end)
+    try:
+        pid = child.fork_keeping_stops()
+        if pid == 0:
+            os._exit(0 if signal.set_wakeup_fd(-1) == -1 else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        signal.set_wakeup_fd(before)
+    assert os.waitstatus_to_exitcode(status) == 0
