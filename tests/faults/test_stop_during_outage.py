@@ -13,7 +13,7 @@ import pytest
 
 from pgfleet.supervisor.exit_codes import EXIT_RESCUE_FAILED
 from tests.faults.conftest import Db
-from tests.faults.helpers import audited, enqueue, job_row
+from tests.faults.helpers import audited, enqueue, job_row, wait_settled
 from tests.support.fleet import Fleet, settle
 from tests.support.workers import scalar, wait_for
 
@@ -109,3 +109,28 @@ def test_a_stop_with_the_database_away_since_the_start_exits_cleanly(
     finally:
         db.cluster.start()
     assert "wait for their lease" not in f.log(), f.log()[-3000:]
+
+
+def test_jobs_claimed_ahead_wait_for_the_database_instead_of_running_unrecorded(
+        db: Db, cfleet: Callable[..., Fleet]) -> None:
+    """Outside trial T12: a worker cut off from the database kept starting the jobs it had
+    claimed ahead; they ran to their end unrecorded, and again after it gave up its
+    leases. Now they wait for the database, and go back uncharged, never run, if it
+    stays away for most of a lease. The running job's task fails at its next write."""
+    f = cfleet({"default": {"processes": 1, "threads": 1, "prefetch": 10,
+                            "kill_grace": "1s"}}, supervisor=SHORT_LEASE)
+    f.wait_workers(1)
+    ids = enqueue(db.dsn, [{"task": "sleep", "args": {"seconds": 3}, "priority": -1},
+                           *[{"task": "noop", "max_attempts": 1}] * 5])
+    wait_for(lambda: audited(db.dsn, "started") == 1)
+    db.cluster.stop("fast")
+    try:
+        wait_for(lambda: "exited: could not renew its leases" in f.log(), timeout=30)
+    finally:
+        db.cluster.start()
+    wait_settled(db.dsn, log=f.log)
+    # Given back never run (the attempt back to 0), then run once by the new worker.
+    for job_id in ids[1:]:
+        row = job_row(db.dsn, job_id)
+        assert (row["state"], row["attempt"]) == ("succeeded", 1), (job_id, row)
+        assert [e["error"].endswith(NOT_CHARGED) for e in row["errors"]] == [True], row

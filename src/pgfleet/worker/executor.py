@@ -140,6 +140,12 @@ class Executor:
         self.guard = threading.Lock()  # orders thread ids against interrupts
         self.threads: list[threading.Thread] = []
         self.loops = EventLoops()
+        # Open while the worker has its database connection. A job no thread has started
+        # waits while it is closed (outside trial T12: prefetched jobs started during an
+        # outage ran to their end unrecorded, then again once the worker gave them back);
+        # if the outage outlasts most of the lease it goes back never run, uncharged.
+        self.gate = threading.Event()
+        self.gate.set()
 
     def start(self, count: int) -> None:
         for index in range(count):
@@ -190,6 +196,7 @@ class Executor:
 
     def stop(self) -> None:
         """Ask idle threads to end; a thread inside a job ends with the process."""
+        self.gate.set()  # a job held at the gate was withdrawn by now
         for _ in self.threads:
             self.todo.put(None)
 
@@ -203,6 +210,7 @@ class Executor:
                 if running is None:
                     self.loops.close()
                     return
+                self.gate.wait()
                 if running.withdrawn:
                     continue
                 if note is not None:

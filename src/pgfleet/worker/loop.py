@@ -253,8 +253,7 @@ class Worker(ChildProcess):
             log.info("worker %s reconnected", self.s.worker_id)
 
     def _connect_first(self) -> bool:
-        """Wait for the database with backoff (it may come up after us); False if told
-        to stop first. Beats meanwhile, so the supervisor sees a live, waiting process."""
+        """Wait for the database with backoff, beating meanwhile; False if told to stop."""
         while True:
             try:
                 self._connect()
@@ -275,11 +274,12 @@ class Worker(ChildProcess):
             self.conn, id=self.s.worker_id, host=socket.gethostname(), pid=os.getpid(),
             kind="worker", queue=self.s.queue, supervisor=self.s.supervisor_id,
         )
-        # A reconnect may have missed notifications: poll at once.
-        self.claim_due = True
+        self.claim_due = True  # a reconnect may have missed notifications: poll at once
         self.events.connects += 1
+        self.executor.gate.set()
 
     def _drop_connection(self) -> None:
+        self.executor.gate.clear()  # jobs not started yet wait for the database
         if self.conn is not None:
             with contextlib.suppress(psycopg.Error):
                 self.conn.close()
