@@ -39,6 +39,8 @@ BEAT_EVERY = 0.5
 PARENT_GONE_GRACE = 10.0
 RECONNECT_FIRST = 0.1
 RECONNECT_MAX = 10.0
+# Distinct errors of one run of failures that Reconnect.report logs at WARNING.
+MAX_REPORTED_ERRORS = 3
 
 _PR_SET_PDEATHSIG = 1
 
@@ -97,6 +99,7 @@ class Reconnect:
     def __init__(self) -> None:
         self.failures = 0
         self.not_before = 0.0
+        self.reported: set[str] = set()  # the errors of this run logged at WARNING
 
     def failed(self) -> float:
         """Record a failure; returns the delay before the next attempt."""
@@ -111,16 +114,22 @@ class Reconnect:
         recovered = self.failures > 0
         self.failures = 0
         self.not_before = 0.0
+        self.reported.clear()
         return recovered
 
     def due(self, now: float) -> bool:
         return now >= self.not_before
 
     def report(self, logger: logging.Logger, what: str, error: str, delay: float) -> None:
-        """A failed attempt, once `failed()` counted it: the first of a run at WARNING,
-        the rest at DEBUG, so an outage is one line per process, not one per retry (a
-        30 s outage made about 25 lines per listener). `error`: one line, secrets scrubbed."""
-        level = logging.WARNING if self.failures == 1 else logging.DEBUG
+        """A failed attempt, once `failed()` counted it: each error the run has not seen
+        yet at WARNING (a few at most), repeats at DEBUG, so an outage is a line or two per
+        process, not one per retry (a 30 s outage made about 25 lines per listener), and
+        its cause still shows when it changes (outside trial T12: a lost connection, then
+        a rotated password that only DEBUG said). `error`: one line, secrets scrubbed."""
+        new = error not in self.reported and len(self.reported) < MAX_REPORTED_ERRORS
+        if new:
+            self.reported.add(error)
+        level = logging.WARNING if new else logging.DEBUG
         logger.log(level, "%s (retrying in %.1fs): %s", what, delay, error)
 
 
