@@ -74,6 +74,9 @@ def test_a_stop_that_cannot_give_the_jobs_back_says_so_and_exits_non_zero(
     finally:
         db.cluster.start()
     assert "wait for their lease" in f.log(), f.log()[-3000:]
+    # Outside trial T12: past the deadline the stop spawned maintenance processes that it
+    # SIGKILLed at once, which the log told as kills from outside.
+    assert f.log().count("spawned maintenance") == 1, f.log()[-3000:]
 
 
 def test_stop_signals_repeated_during_an_outage_still_report_what_was_not_given_back(

@@ -104,6 +104,10 @@ def start_final_rescue(sup: Supervisor) -> None:
     if (not sup.rescue_asked or sup.final_rescues >= FINAL_RESCUES
             or any(c.slot.kind == "maintenance" for c in sup.children.values())):
         return
+    if sup.stopping in ("kill", "kill-all") and time.monotonic() > sup.stop_deadline:
+        # The stop is killing what is left: a new one would be killed at once (outside
+        # trial T12 saw three spawned and SIGKILLed in a few ms, logged as outside kills).
+        return
     sup.final_rescues += 1
     log.info("starting a maintenance process to give back the stopped workers' jobs")
     sup.spawn(Slot("maintenance"))

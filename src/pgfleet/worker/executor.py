@@ -104,6 +104,19 @@ class Outcome:
     retry_delay: float | None = None  # pgfleet.Retry(delay=...): instead of the backoff
 
 
+def last_progress(ended: list[Outcome]) -> list[tuple[int, int, str]]:
+    """(id, attempt, progress JSON) of ended jobs whose latest report is unwritten: the
+    throttle of Executor.progress_due does not apply to a job's last report."""
+    due = []
+    for outcome in ended:
+        running = outcome.running
+        control = running.control
+        if control.progress is not None and control.reported != control.written:
+            control.written = control.reported
+            due.append((running.job.id, running.job.attempt, control.progress))
+    return due
+
+
 def truncate(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 20] + f"… [{len(text)} chars]"
 
@@ -390,19 +403,6 @@ class Executor:
             control.written = reported
             running.progress_written_at = now
             due.append((running.job.id, running.job.attempt, text))
-        return due
-
-    @staticmethod
-    def last_progress(ended: list[Outcome]) -> list[tuple[int, int, str]]:
-        """(id, attempt, progress JSON) of ended jobs whose latest report is unwritten: the
-        throttle of progress_due does not apply to a job's last report."""
-        due = []
-        for outcome in ended:
-            running = outcome.running
-            control = running.control
-            if control.progress is not None and control.reported != control.written:
-                control.written = control.reported
-                due.append((running.job.id, running.job.attempt, control.progress))
         return due
 
     def interrupt(self, running: Running, reason: type[BaseException] = JobTimeout) -> None:

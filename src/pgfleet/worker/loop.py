@@ -42,7 +42,7 @@ from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.control import TaskControl
 from pgfleet.worker.display import BusyDisplay
 from pgfleet.worker.events import WorkerEvents
-from pgfleet.worker.executor import Executor, Running, WorkerStopping
+from pgfleet.worker.executor import Executor, Running, WorkerStopping, last_progress
 from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
 from pgfleet.worker.settings import WorkerSettings
 
@@ -260,9 +260,9 @@ class Worker(ChildProcess):
                 self.reconnect.succeeded()
                 return True
             except (DatabaseUnavailable, psycopg.OperationalError) as exc:
-                delay = self.reconnect.failed()
-                log.error("worker %s: %s; retrying in %.1fs", self.s.worker_id,
-                          scrub(str(exc), self.s.dsn), delay)
+                delay = self.reconnect.failed()  # each new error once, not every retry
+                self.reconnect.report(log, f"worker {self.s.worker_id}",
+                                      first_line(exc, self.s.dsn), delay)
                 self._drop_connection()
             if not self.pause(delay) or self.parent_gone():
                 return False
@@ -409,7 +409,7 @@ def _write_last_progress(worker: Worker, conn: psycopg.Connection[Any]) -> None:
     outcome, while the job is running (the write is fenced on that), in a round trip of
     its own that only tasks which report progress pay."""
     store.write_progress(conn, worker=worker.s.worker_id,
-                         reports=worker.executor.last_progress(worker.completer.pending))
+                         reports=last_progress(worker.completer.pending))
 
 
 def _withdraw_waiting(worker: Worker, keep: int = 0) -> None:
