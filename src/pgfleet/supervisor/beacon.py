@@ -18,11 +18,11 @@ import time
 
 _BEAT = struct.Struct("dd")  # last beat (monotonic seconds), jobs running: the child's
 _PEERS = struct.Struct("d")  # workers of the child's queue: the master's
-_GAVE_UP = struct.Struct("d")  # the child's exit mark: GAVE_UP or HELD_NOTHING
+_EXIT_MARK = struct.Struct("d")  # the child's exit mark: GAVE_UP or HELD_NOTHING
 GAVE_UP = 1.0  # it exits with jobs still leased to it, on purpose
 HELD_NOTHING = 2.0  # it exits never having claimed a job: there is nothing to give back
-_GAVE_UP_AT = _BEAT.size + _PEERS.size
-_SLOT_SIZE = _GAVE_UP_AT + _GAVE_UP.size
+_EXIT_MARK_AT = _BEAT.size + _PEERS.size
+_SLOT_SIZE = _EXIT_MARK_AT + _EXIT_MARK.size
 # Per executor thread, the last two jobs whose task it entered (0: none), after the beat
 # slots; as many threads as a worker may have (QueueConfig.threads). Two, not one: a task
 # that signals its own process (os.kill(os.getpid(), SIGSEGV)) returns before the signal
@@ -47,7 +47,7 @@ class BeaconBoard:
     def reset_unready(self, index: int) -> None:
         """Before a fork: the start counts as the first beat; -1 jobs means 'not ready'."""
         _BEAT.pack_into(self.memory, index * _SLOT_SIZE, time.monotonic(), -1.0)
-        _GAVE_UP.pack_into(self.memory, index * _SLOT_SIZE + _GAVE_UP_AT, 0.0)
+        _EXIT_MARK.pack_into(self.memory, index * _SLOT_SIZE + _EXIT_MARK_AT, 0.0)
         start = self.jobs_at + index * _JOBS_SIZE
         self.memory[start:start + _JOBS_SIZE] = bytes(_JOBS_SIZE)
 
@@ -69,7 +69,7 @@ class BeaconBoard:
         return self._exit_mark(index) == HELD_NOTHING
 
     def _exit_mark(self, index: int) -> float:
-        (mark,) = _GAVE_UP.unpack_from(self.memory, index * _SLOT_SIZE + _GAVE_UP_AT)
+        (mark,) = _EXIT_MARK.unpack_from(self.memory, index * _SLOT_SIZE + _EXIT_MARK_AT)
         return float(mark)
 
     def running_jobs(self, index: int) -> list[int]:
@@ -113,7 +113,7 @@ class Beacon:
         self._mark_exit(HELD_NOTHING)
 
     def _mark_exit(self, mark: float) -> None:
-        _GAVE_UP.pack_into(self.board.memory, self.index * _SLOT_SIZE + _GAVE_UP_AT, mark)
+        _EXIT_MARK.pack_into(self.board.memory, self.index * _SLOT_SIZE + _EXIT_MARK_AT, mark)
 
     def peers(self) -> int:
         """Workers of this child's queue, as the master last wrote it."""
