@@ -6,7 +6,8 @@ its last loop, jobs running) and the master reads every slot without a system ca
 master writes one field back: how many workers its queue now has (TTIN/TTOU), for the
 child's process title. A worker that gives up its leases (pgfleet.worker.leases) marks its
 slot before it exits, so the master can tell that deliberate exit from a task that merely
-exits with the same code.
+exits with the same code; one that never claimed a job marks that it held nothing, so no
+rescue is asked for it.
 CLOCK_MONOTONIC is one clock for every process on the host, so the times compare.
 """
 
