@@ -223,7 +223,8 @@ class Executor:
                 if running is None:
                     self.loops.close()
                     return
-                self.gate.wait()
+                if not self.gate.is_set():  # a plain read: wait() takes a lock per job
+                    self.gate.wait()
                 if running.withdrawn:
                     continue
                 if note is not None:
