@@ -24,7 +24,8 @@ import psycopg
 
 from bench import common
 from bench.probes import _cpu_ms
-from pgfleet import bulk_arrays, client, store
+from pgfleet.client import enqueue as client
+from pgfleet.sql import arrays as bulk_arrays, store
 
 LIMIT_TRIGGERS = ("jobs_args_limits", "jobs_meta_limits", "jobs_names_limits",
                   "jobs_run_at_limits")

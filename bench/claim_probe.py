@@ -81,7 +81,7 @@ def explain_complete(db: Database) -> dict[str, Any]:
     """After the drain: complete_succeeded as each worker would send it (its own holder,
     an id that is not running, so nothing changes), custom and generic plan. Every row
     the worker finished left an entry under its holder in jobs_lease_holder_idx."""
-    from pgfleet.store import q
+    from pgfleet.sql.store import q
 
     sql = (q("complete_succeeded").decode().replace("%(worker)s", "$1")
            .replace("%(ids)s", "$2").replace("%(attempts)s", "$3")

@@ -37,7 +37,7 @@ import psycopg
 import pgfleet
 from bench import common
 from bench.common import Database, supervisor, write_config
-from pgfleet import queries, store
+from pgfleet.sql import queries, store
 from pgfleet.worker.prefetch import claim_bytes
 
 CLAIMS = 200
@@ -120,7 +120,7 @@ def claims(db: Database, sqls: dict[str, bytes], future: int) -> dict[str, Any]:
     schedule_later(db, future)
     db.vacuum()
     with db.connect() as conn:
-        conn.execute(f"SET plan_cache_mode = {pgfleet.db.PLAN_CACHE_MODE}")
+        conn.execute(f"SET plan_cache_mode = {pgfleet.sql.db.PLAN_CACHE_MODE}")
         for name, sql in sqls.items():
             # The first claim after the vacuum, before the timed ones warm the cache.
             out[f"empty claim, {name}: pages read (first claim)"] = _pages(conn, sql, 32)
@@ -134,7 +134,7 @@ def claims(db: Database, sqls: dict[str, bytes], future: int) -> dict[str, Any]:
     db.insert_jobs(100_000)
     db.vacuum()
     with db.connect() as conn:
-        conn.execute(f"SET plan_cache_mode = {pgfleet.db.PLAN_CACHE_MODE}")
+        conn.execute(f"SET plan_cache_mode = {pgfleet.sql.db.PLAN_CACHE_MODE}")
         for name, sql in sqls.items():
             out[f"claim of 32 of 100,000 due, no future jobs, {name}: median ms"] = round(
                 _time_claims(conn, sql, 32, CLAIMS), 3)

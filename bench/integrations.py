@@ -22,7 +22,7 @@ import psycopg
 import pgfleet
 from bench.common import BENCH_DIR, Database, log, machine, summary
 from pgfleet import middleware
-from pgfleet.rows import ClaimedJob
+from pgfleet.sql.rows import ClaimedJob
 from pgfleet.tasks import Registry
 from pgfleet.worker.executor import EventLoops, Executor
 

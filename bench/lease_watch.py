@@ -16,8 +16,8 @@ import sys
 import time
 
 from bench.common import Database
-from pgfleet import rescue_store
-from pgfleet.lease_watch import LeaseWatch
+from pgfleet.maintenance.lease_watch import LeaseWatch
+from pgfleet.sql import rescue as rescue_store
 
 PASSES = 50
 

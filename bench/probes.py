@@ -34,11 +34,12 @@ import pgfleet
 from bench import common, future_jobs, scenarios as sc
 from bench.common import Database, supervisor, write_config
 from bench.systems import MODES, Setup, drain
-from pgfleet import client, store
-from pgfleet.flow import FlowLimits
+from pgfleet.client import enqueue as client
+from pgfleet.core.flow import FlowLimits
+from pgfleet.sql import store
 
 try:  # absent from code before issue 16's binary arrays (an A/B baseline)
-    from pgfleet import bulk_arrays
+    from pgfleet.sql import arrays as bulk_arrays
 except ImportError:  # pragma: no cover
     bulk_arrays = None  # type: ignore[assignment]
 

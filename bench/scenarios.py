@@ -239,7 +239,7 @@ def _window(db: Database, n: int) -> float:
 
 def explain_claim(db: Database) -> dict[str, Any]:
     with db.connect(autocommit=False) as conn:
-        from pgfleet.store import q
+        from pgfleet.sql.store import q
 
         sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q("claim").decode()
         plans = []

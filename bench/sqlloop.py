@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from bench.common import Database
-from pgfleet import store
+from pgfleet.sql import store
 
 
 def _loop(db: Database, n: int, batch: int, pipelined: bool) -> float:

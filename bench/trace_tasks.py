@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 import pgfleet
-from pgfleet import store
+from pgfleet.sql import store
 from pgfleet.worker import claims, executor, loop
 
 _last_notify = [0.0]

@@ -20,8 +20,8 @@ import psycopg
 
 import pgfleet
 from examples.app import tasks
-from pgfleet import embedded
-from pgfleet.db import redact_dsn, resolve_dsn
+from pgfleet.dev import embedded
+from pgfleet.sql.db import redact_dsn, resolve_dsn
 
 PROGRESS = """
 SELECT count(*) FILTER (WHERE state = 'queued')    AS queued,

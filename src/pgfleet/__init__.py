@@ -5,21 +5,22 @@
 # (early_signals), and a URL given as --database-url leaves the command line.
 import sys
 
-from pgfleet import early_signals
-from pgfleet.shown_argv import hide_database_url, is_this_the_command
+from pgfleet.runtime import early_signals
+from pgfleet.runtime.shown_argv import hide_database_url, is_this_the_command
 
 if is_this_the_command():
     early_signals.keep()
     hide_database_url(sys.argv)
 
-from pgfleet.async_client import (
+from pgfleet.client.async_enqueue import (
     enqueue_async,
     enqueue_job_async,
     enqueue_many_async,
 )
-from pgfleet.client import enqueue, enqueue_job, enqueue_many
+from pgfleet.client.control import cancel, cancel_many, result
+from pgfleet.client.enqueue import enqueue, enqueue_job, enqueue_many
 from pgfleet.context import JobContext, current_job
-from pgfleet.control import cancel, cancel_many, result
+from pgfleet.core.version import VERSION
 from pgfleet.errors import (
     DatabaseUnavailable,
     JobCancelled,
@@ -27,10 +28,10 @@ from pgfleet.errors import (
     PayloadError,
     PgfleetError,
 )
-from pgfleet.rows import Enqueued
+from pgfleet.sql.rows import Enqueued
 from pgfleet.tasks import PermanentError, Retry, Snooze, task
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "DatabaseUnavailable",

@@ -9,8 +9,9 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import payload, store
+from pgfleet.core import payload
 from pgfleet.errors import PayloadError
+from pgfleet.sql import store
 
 
 class JobControl:

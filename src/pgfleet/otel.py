@@ -19,7 +19,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pgfleet import __version__, middleware as middleware_registry
+from pgfleet import middleware as middleware_registry
+from pgfleet.core.version import VERSION
 from pgfleet.middleware import Enqueueing, JobRun
 
 # The meta keys pgfleet owns: the W3C trace-context headers, by their own names.
@@ -31,7 +32,7 @@ class Tracing:
     """The tracing middleware; one per tracer provider."""
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
-        self.tracer = trace.get_tracer("pgfleet", __version__, tracer_provider)
+        self.tracer = trace.get_tracer("pgfleet", VERSION, tracer_provider)
 
     def __call__(self, event: JobRun | Enqueueing) -> AbstractContextManager[None]:
         if isinstance(event, JobRun):

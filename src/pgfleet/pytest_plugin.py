@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgfleet import migrations
+from pgfleet.sql import migrate as migrations
 
 DEFAULT_SERVER = "dbname=postgres"
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, overload
 
-from pgfleet.backoff import Backoff
+from pgfleet.core.backoff import Backoff
 from pgfleet.errors import PgfleetError
 
 

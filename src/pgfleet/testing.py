@@ -23,10 +23,12 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import fleet_store, payload, producer, store
-from pgfleet.backoff import Backoff
+from pgfleet.client import producer
+from pgfleet.core import payload
+from pgfleet.core.backoff import Backoff
 from pgfleet.errors import PgfleetError
-from pgfleet.rows import ClaimedJob
+from pgfleet.sql import fleet as fleet_store, store
+from pgfleet.sql.rows import ClaimedJob
 from pgfleet.tasks import Registry, load_registry
 from pgfleet.worker.completer import complete, ended
 from pgfleet.worker.executor import Executor, Outcome

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 import pgfleet
-from pgfleet.cli.status import gather
+from pgfleet.status.fleet import gather
 from tests.support.fleet import Fleet, config_text
 from tests.support.workers import scalar, wait_for
 

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgfleet.client import enqueue, enqueue_many
+from pgfleet.client.enqueue import enqueue, enqueue_many
 from tests.support.fleet import Fleet, config_text
 from tests.support.workers import wait_for
 

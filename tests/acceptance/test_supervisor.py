@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet.supervisor.exit_codes import EXIT_CRASHED
+from pgfleet.runtime.exit_codes import EXIT_CRASHED
 from tests.support.fleet import Fleet, alive, config_text, settle
 from tests.support.workers import scalar, states, wait_for
 
@@ -284,7 +284,7 @@ def test_json_logs_have_one_event_per_line(dsn: str, fleet: Callable[..., Fleet]
 
 BREAKABLE_SUPERVISOR = """
 import os, sys
-from pgfleet import logs
+from pgfleet.runtime import logs
 from pgfleet.config import load_config
 from pgfleet.supervisor.arbiter import Supervisor
 

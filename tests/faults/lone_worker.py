@@ -10,7 +10,7 @@ import sys
 
 from prometheus_client import REGISTRY
 
-from pgfleet import logs
+from pgfleet.runtime import logs
 from pgfleet.tasks import load_registry
 from pgfleet.worker import Worker, build_settings
 from tests.faults.helpers import TASKS

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import grants
+from pgfleet.sql import grants
 from tests.faults.conftest import Db
 from tests.faults.pgbouncer import Bouncer
 from tests.support.roles import login_roles, plant_trap, trap_hits

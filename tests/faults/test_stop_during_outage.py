@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pgfleet.supervisor.exit_codes import EXIT_RESCUE_FAILED
+from pgfleet.runtime.exit_codes import EXIT_RESCUE_FAILED
 from tests.faults.conftest import Db
 from tests.faults.helpers import audited, enqueue, job_row, wait_settled
 from tests.support.fleet import Fleet, settle

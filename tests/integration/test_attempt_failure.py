@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import rescue_store, store
+from pgfleet.sql import rescue as rescue_store, store
 from tests.support.rescue import rescue_all
 
 WORKER = "host-a:42:abc"

@@ -12,7 +12,9 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import PayloadError, bulk_arrays, client
+from pgfleet import PayloadError
+from pgfleet.client import enqueue as client
+from pgfleet.sql import arrays as bulk_arrays
 from tests.support.workers import scalar
 
 CHUNK = 10

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 import pgfleet
-from pgfleet import store
+from pgfleet.sql import store
 
 SIZE = 200_000
 BUDGET = 1024 * 1024  # five rows of SIZE before the sixth: six fit, not seven

@@ -8,8 +8,8 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from pgfleet import store
-from pgfleet.flow import FlowLimits, Rate
+from pgfleet.core.flow import FlowLimits, Rate
+from pgfleet.sql import store
 from pgfleet.worker.prefetch import claim_bytes
 from tests.support import pg
 

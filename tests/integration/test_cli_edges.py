@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner, Result
 from psycopg.conninfo import make_conninfo
 
-from pgfleet import client
 from pgfleet.cli import cli
 from pgfleet.cli.common import database
-from pgfleet.db import connect, redact_dsn
+from pgfleet.client import enqueue as client
+from pgfleet.sql.db import connect, redact_dsn
 from tests.support.fleet import config_text
 from tests.support.workers import TASKS, scalar, wait_for
 

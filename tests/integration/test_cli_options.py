@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from pgfleet import client
 from pgfleet.cli import cli
+from pgfleet.client import enqueue as client
 from tests.support.workers import TASKS, scalar, wait_for
 
 # Where the environment would send a command that ignored the option: nothing listens.

@@ -1,4 +1,4 @@
-"""The database gauges are read at scrape time (pgfleet.database_metrics): current values,
+"""The database gauges are read at scrape time (pgfleet.exporter.database): current values,
 queues that no longer exist dropped, a resumed queue no longer paused, host heartbeats,
 and nothing but `pgfleet_database_up 0` while the database cannot be read."""
 
@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 import pgfleet
 from pgfleet import metrics
-from pgfleet.database_metrics import DatabaseCollector
+from pgfleet.exporter.database import DatabaseCollector
 from tests.support.workers import wait_for
 
 

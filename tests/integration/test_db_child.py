@@ -9,9 +9,9 @@ from pathlib import Path
 
 import psycopg
 
-from pgfleet.db_child import DatabaseChild
-from pgfleet.maintenance import Maintenance
-from pgfleet.scheduler import Scheduler
+from pgfleet.cron.scheduler import Scheduler
+from pgfleet.maintenance.process import Maintenance
+from pgfleet.runtime.db_child import DatabaseChild
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "pgfleet"
 

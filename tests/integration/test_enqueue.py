@@ -12,8 +12,9 @@ import pytest
 from psycopg import sql
 
 import pgfleet
-from pgfleet import PayloadError, store
-from pgfleet.listener import CHANNEL
+from pgfleet import PayloadError
+from pgfleet.sql import store
+from pgfleet.worker.listener import CHANNEL
 from tests.support.workers import scalar, wait_for, worker_process
 
 

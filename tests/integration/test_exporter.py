@@ -44,7 +44,7 @@ m.workers_busy.labels("default").set(1)
 RUN_EXPORTER = """
 import logging, sys
 from pgfleet.config import Config
-from pgfleet.exporter import Exporter
+from pgfleet.exporter.process import Exporter
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 config = Config.model_validate({"queues": {"default": {}},
                                 "metrics": {"listen": sys.argv[1]}})

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from pgfleet import client
 from pgfleet.cli import cli
+from pgfleet.client import enqueue as client
 from pgfleet.errors import PayloadError
 from tests.support.workers import scalar
 

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import store
 from pgfleet.context import JobContext
+from pgfleet.sql import store
 from tests.support.rescue import rescue_all
 
 

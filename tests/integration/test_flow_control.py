@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import fleet_store, rescue_store, store
-from pgfleet.flow import FlowLimits, Rate
+from pgfleet.core.flow import FlowLimits, Rate
+from pgfleet.sql import fleet as fleet_store, rescue as rescue_store, store
 from tests.support.rescue import rescue_all
 from tests.support.workers import scalar, wait_for
 
@@ -92,7 +92,7 @@ def test_a_solo_job_runs_alone_in_its_worker(conn: Any, dsn: str) -> None:
 
 
 def test_the_exporter_reads_the_flow_gauges(conn: Any, dsn: str) -> None:
-    from pgfleet.database_metrics import read_families
+    from pgfleet.exporter.database import read_families
 
     enqueue(dsn, 3)
     fleet_store.publish_limits(conn, published_by="s",

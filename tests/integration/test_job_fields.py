@@ -15,7 +15,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import pgfleet
-from pgfleet import PayloadError, migrations
+from pgfleet import PayloadError
+from pgfleet.sql import migrate as migrations
 from tests.support import pg
 from tests.support.roles import login_roles, role_dsn
 from tests.support.workers import wait_for, worker_process

@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 import pgfleet
 from pgfleet.config import parse_config_text
-from pgfleet.maintenance import Maintenance
+from pgfleet.maintenance.process import Maintenance
 from tests.support.workers import scalar, states, wait_for
 
 

@@ -6,7 +6,7 @@ import threading
 
 import psycopg
 
-from pgfleet import migrations
+from pgfleet.sql import migrate as migrations
 
 
 def schema_dump(dsn: str) -> str:
@@ -68,7 +68,7 @@ def test_a_worker_role_of_an_older_install_may_claim_after_the_upgrade(empty_dsn
     """Migration 0018 moved the claims into functions: a role that ran workers before it
     (it may update pgfleet.jobs) is granted them by the upgrade, so its workers keep
     claiming without `pgfleet grants` being applied again."""
-    from pgfleet import store
+    from pgfleet.sql import store
     from tests.support.pg import admin, dsn_for
 
     migrations.migrate(empty_dsn, target=17)
@@ -105,7 +105,7 @@ def test_counters_at_the_integer_limit_are_refused_and_old_ones_brought_back(
     made every claim reaching the row (attempt + 1) or the rescue (crashes + 1) fail, which
     took the queue down. 0022 refuses them and brings rows written before it in bounds, so
     such a row is claimed like any other."""
-    from pgfleet import store
+    from pgfleet.sql import store
 
     migrations.migrate(empty_dsn, target=21)
     with psycopg.connect(empty_dsn, autocommit=True) as conn:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import threading
 
-from pgfleet.supervisor.process_groups import kill_thread_processes
+from pgfleet.runtime.process_groups import kill_thread_processes
 from tests.support.fleet import alive
 from tests.support.workers import wait_for
 

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from pgfleet.config import Config, parse_config_text
-from pgfleet.cron import fire_times_after, previous_fire_time
-from pgfleet.scheduler import Scheduler
+from pgfleet.core.crontab import fire_times_after, previous_fire_time
+from pgfleet.cron.scheduler import Scheduler
 from tests.support.workers import scalar, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_downtime_across_five_fire_times_gives_one_catch_up_run(
     minute = now.replace(second=0, microsecond=0)
     record_run(dsn, "minutely", minute - timedelta(minutes=5))
 
-    caplog.set_level(logging.INFO, logger="pgfleet.scheduler")
+    caplog.set_level(logging.INFO, logger="pgfleet.cron.scheduler")
     first = Scheduler(config, dsn).tick()
     assert len(first) == 1
     fired = first[0]
@@ -141,7 +141,7 @@ def test_a_miss_older_than_max_delay_is_skipped(
                          "    max_delay: 1h\n"
                          f'  never-ran:\n    cron: "0 {hour} * * *"\n    task: report\n')
     record_run(dsn, "daily", db_now(dsn) - timedelta(days=3))
-    caplog.set_level(logging.INFO, logger="pgfleet.scheduler")
+    caplog.set_level(logging.INFO, logger="pgfleet.cron.scheduler")
 
     assert Scheduler(config, dsn).tick() == []
     assert job_count(dsn) == 0

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import migrations
+from pgfleet.sql import migrate as migrations
 from tests.support import pg
 from tests.support.roles import login_roles, plant_trap, role_dsn, trap_hits
 from tests.support.workers import wait_for, worker_thread
@@ -76,7 +76,7 @@ def test_planted_operator_does_not_run_in_status_or_a_worker_claim(
 
 def test_planted_operator_does_not_run_in_a_limited_claim(
         owner_dsn: str, roles: Roles) -> None:
-    from pgfleet.flow import FlowLimits, Rate
+    from pgfleet.core.flow import FlowLimits, Rate
 
     job_id = pgfleet.enqueue(owner_dsn, "noop", concurrency_key="k")
     plant_trap(owner_dsn, roles("attacker"))
@@ -207,7 +207,7 @@ def test_upgrade_gives_an_unleased_running_row_an_expired_lease(empty_dsn: str) 
 
 
 def test_every_connection_pins_its_search_path(owner_dsn: str) -> None:
-    from pgfleet.db import connect
+    from pgfleet.sql.db import connect
 
     # A setting the DSN gives is kept beside the pinned path.
     with connect(owner_dsn + " options='-c statement_timeout=7s'") as conn:
@@ -218,7 +218,7 @@ def test_every_connection_pins_its_search_path(owner_dsn: str) -> None:
 def test_every_connection_plans_each_execution(owner_dsn: str) -> None:
     """A generic plan cached while a queue was empty scans the whole backlog on every
     claim later (bench.probes idle-arrival: a tenth of the rate after 15 s idle)."""
-    from pgfleet.db import connect
+    from pgfleet.sql.db import connect
 
     with connect(owner_dsn) as conn:
         assert one(conn, "SHOW plan_cache_mode")[0] == "force_custom_plan"

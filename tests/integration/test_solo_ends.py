@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet.client import enqueue
+from pgfleet.client.enqueue import enqueue
 from tests.support.workers import scalar, wait_for, worker_thread
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgfleet import fleet_store, store
-from pgfleet.cli.status import age, gather, render
 from pgfleet.errors import PgfleetError
+from pgfleet.sql import fleet as fleet_store, store
+from pgfleet.status.fleet import age, gather, render
 
 JOBS = """
 INSERT INTO pgfleet.jobs (queue, task, state, run_at, finished_at, lease_holder,

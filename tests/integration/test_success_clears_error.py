@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import store
-from pgfleet.client import enqueue
+from pgfleet.client.enqueue import enqueue
+from pgfleet.sql import store
 from tests.support.workers import wait_for, worker_thread
 
 WORKER = "host-a:42:abc"

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import rescue_store, store
-from pgfleet.supervisor.exit_codes import EXIT_TIMEOUT
+from pgfleet.runtime.exit_codes import EXIT_TIMEOUT
+from pgfleet.sql import rescue as rescue_store, store
 from tests.support import pg
 from tests.support.roles import login_roles, role_dsn
 from tests.support.workers import scalar, wait_for, worker_process, worker_thread

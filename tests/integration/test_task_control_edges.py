@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import migrations
 from pgfleet.errors import DatabaseUnavailable, PayloadError, PgfleetError
+from pgfleet.sql import migrate as migrations
 from pgfleet.testing import run_jobs
 from tests.support.cluster import started_cluster
 from tests.support.workers import scalar, wait_for

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 import pgfleet
-from pgfleet import store
+from pgfleet.sql import store
 from tests.support.workers import (
     TASKS,
     scalar,
@@ -264,7 +264,7 @@ def test_a_worker_cut_off_from_the_database_stops_before_its_lease_expires(
 ) -> None:
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST
+    from pgfleet.runtime.exit_codes import EXIT_LEASE_LOST
     from pgfleet.tasks import load_registry
     from pgfleet.worker import Worker, build_settings
     from tests.support.proxy import Proxy

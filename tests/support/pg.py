@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgfleet import grants, migrations
+from pgfleet.sql import grants, migrate as migrations
 
 ADMIN_DSN = os.environ.get("PGFLEET_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 

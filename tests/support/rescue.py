@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import rescue_store
+from pgfleet.sql import rescue as rescue_store
 
 
 def rescue_all(conn: psycopg.Connection[Any]) -> list[int]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from pgfleet.backoff import Backoff
+from pgfleet.core.backoff import Backoff
 from pgfleet.tasks import load_registry
 from pgfleet.worker import Worker, build_settings
 

@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from pgfleet.backoff import Backoff
 from pgfleet.config import (
     BackoffConfig,
     ConfigError,
@@ -15,6 +14,7 @@ from pgfleet.config import (
     SupervisorConfig,
     parse_config_text,
 )
+from pgfleet.core.backoff import Backoff
 
 
 def test_retry_defaults_are_the_runtime_defaults() -> None:

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from pgfleet import PayloadError, client
+from pgfleet import PayloadError
+from pgfleet.client import enqueue as client
 from pgfleet.tasks import Task
 
 TASK = Task(name="tasks.send", fn=lambda: None, queue="mail", max_attempts=4)

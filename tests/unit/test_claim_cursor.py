@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pgfleet import store
+from pgfleet.sql import store
 from pgfleet.worker.claim_cursor import ClaimCursor
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -15,7 +15,7 @@ from pgfleet.config import (
     load_config,
     parse_config_text,
 )
-from pgfleet.durations import format_duration, parse_duration, parse_size
+from pgfleet.core.durations import format_duration, parse_duration, parse_size
 
 DESIGN_EXAMPLE = """\
 database_url: ${DATABASE_URL}

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pgfleet import cron
-from pgfleet.cron import (
+from pgfleet.core import crontab as cron
+from pgfleet.core.crontab import (
     CronError,
     fire_times_after,
     previous_fire_time,

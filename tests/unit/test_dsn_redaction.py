@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgfleet.db import redact_dsn, scrub
+from pgfleet.sql.db import redact_dsn, scrub
 
 
 @pytest.mark.parametrize(

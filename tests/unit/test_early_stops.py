@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pgfleet import child
+from pgfleet.runtime import child
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from pgfleet.supervisor.failed_queues import SIZE, FailedQueues
+from pgfleet.runtime.failed_queues import SIZE, FailedQueues
 
 
 def read_in_child(page: FailedQueues) -> tuple[int, dict[str, str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pgfleet.config import Config
-from pgfleet.flow import FlowLimits, Rate, parse_rate
+from pgfleet.core.flow import FlowLimits, Rate, parse_rate
 from tests.unit.test_config import errors_of
 
 

@@ -3,8 +3,8 @@ seen unchanged for a whole lease; any renewal, new claim or new holder starts ag
 
 from __future__ import annotations
 
-from pgfleet.lease_watch import LeaseWatch
-from pgfleet.rows import Lease
+from pgfleet.maintenance.lease_watch import LeaseWatch
+from pgfleet.sql.rows import Lease
 
 A = Lease(id=1, holder="host-a:1:aa", attempt=1, beats=5)
 

@@ -12,7 +12,7 @@ import pytest
 
 LOG_ONE_LINE = """
 import logging, os, time, sys
-from pgfleet import logs
+from pgfleet.runtime import logs
 os.environ["TZ"] = "Asia/Kathmandu"   # +05:45, as Django's TIME_ZONE would set it
 time.tzset()
 logs.setup(sys.argv[1])

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from pgfleet import metrics_files
-from pgfleet.private_dirs import RefusedDirectory
+from pgfleet.metrics import files as metrics_files
+from pgfleet.runtime.private_dirs import RefusedDirectory
 
 COUNT = """
 from pgfleet import metrics

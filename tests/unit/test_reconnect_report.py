@@ -1,4 +1,4 @@
-"""How a run of failed connection attempts is logged (pgfleet.child.Reconnect.report):
+"""How a run of failed connection attempts is logged (pgfleet.runtime.child.Reconnect.report):
 each error the run has not seen at WARNING, a few at most, repeats at DEBUG. Outside
 trial T12: a worker's connection was killed, then its password rotated; only the first
 error was ever logged, so the reason it could not come back never showed."""
@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from pgfleet.child import MAX_REPORTED_ERRORS, Reconnect
+from pgfleet.runtime.child import MAX_REPORTED_ERRORS, Reconnect
 
 log = logging.getLogger("pgfleet.test.reconnect")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import time
 
-from pgfleet.supervisor.beacon import MAX_THREADS, BeaconBoard
-from pgfleet.supervisor.rescue_pipe import RescuePipe, RescueReader, RescueRequest
+from pgfleet.runtime.beacon import MAX_THREADS, BeaconBoard
+from pgfleet.runtime.rescue_pipe import RescuePipe, RescueReader, RescueRequest
 
 
 def test_requests_carry_the_running_jobs_or_say_they_are_unknown() -> None:

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 import pgfleet
-from pgfleet import payload
 from pgfleet.context import JobContext
+from pgfleet.core import payload
 from pgfleet.errors import PayloadError, PgfleetError
 from pgfleet.tasks import Task
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import select
 
-from pgfleet.child import Wakeup
+from pgfleet.runtime.child import Wakeup
 
 
 class PokedWhileDraining(Wakeup):

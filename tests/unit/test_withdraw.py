@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pgfleet.rows import ClaimedJob
+from pgfleet.sql.rows import ClaimedJob
 from pgfleet.tasks import Registry
 from pgfleet.worker.executor import Executor
 

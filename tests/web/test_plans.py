@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pgfleet.web import paging, queries
+from pgfleet.web import lists as queries, paging
 from pgfleet.web.app import configure_connection
 
 HISTORY = 200_000

@@ -14,13 +14,13 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 import click
 import psycopg
 
-from pgfleet import fleet_store
-from pgfleet.cli.devstate import default_root as dev_root, read as read_state
 from pgfleet.cli.preflight import missing_modules
-from pgfleet.cli.terminal_text import shown
 from pgfleet.config import Config, ConfigError, load_config
-from pgfleet.db import connect, first_line, is_permanent, redact_dsn, resolve_dsn, scrub
+from pgfleet.dev.state import default_root as dev_root, read as read_state
 from pgfleet.errors import DatabaseUnavailable, PgfleetError
+from pgfleet.sql import fleet as fleet_store
+from pgfleet.sql.db import connect, first_line, is_permanent, redact_dsn, resolve_dsn, scrub
+from pgfleet.status.terminal_text import shown
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1

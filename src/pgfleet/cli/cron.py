@@ -8,7 +8,6 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from pgfleet import fleet_store, store
 from pgfleet.cli.common import (
     config_dsn,
     connect_cli,
@@ -20,7 +19,8 @@ from pgfleet.cli.common import (
     required_config_path,
 )
 from pgfleet.config import Config
-from pgfleet.cron import fire_times_after
+from pgfleet.core.crontab import fire_times_after
+from pgfleet.sql import fleet as fleet_store, store
 
 NEXT_COUNT = 3
 

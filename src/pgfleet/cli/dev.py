@@ -4,7 +4,7 @@ database URL is configured.
 With a URL (``--database-url``, ``database_url`` in the file, PGFLEET_DATABASE_URL or
 DATABASE_URL) it migrates that database and runs exactly what `pgfleet run` runs: the
 embedded server is never started then. Without one it starts the embedded server of
-`pgfleet.embedded`, migrates it, runs the supervisor against it, and stops the server
+`pgfleet.dev.embedded`, migrates it, runs the supervisor against it, and stops the server
 when the supervisor has exited (after the running jobs were finished or given back).
 """
 
@@ -20,7 +20,6 @@ from pathlib import Path
 import click
 import psycopg
 
-from pgfleet import embedded, migrations
 from pgfleet.cli.common import (
     URL_KEY,
     config_dsn,
@@ -31,12 +30,14 @@ from pgfleet.cli.common import (
     required_config_path,
     root_obj,
 )
-from pgfleet.cli.devstate import STOP_MARGIN, DevState, forget, read as read_state, record, stop
 from pgfleet.cli.preflight import WEB_EXTRA
 from pgfleet.cli.run import supervise
 from pgfleet.config import Config, WebConfig, parse_listen
-from pgfleet.db import first_line, redact_dsn
+from pgfleet.dev import embedded
+from pgfleet.dev.state import STOP_MARGIN, DevState, forget, read as read_state, record, stop
 from pgfleet.errors import PgfleetError
+from pgfleet.sql import migrate as migrations
+from pgfleet.sql.db import first_line, redact_dsn
 
 _BANNER = """\
 ================================================================================

@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from pgfleet import client
 from pgfleet.cli.common import (
     EXIT_USAGE,
     database,
@@ -18,6 +17,7 @@ from pgfleet.cli.common import (
     global_options,
     warn_unknown_queue,
 )
+from pgfleet.client import enqueue as client
 
 _DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DELAY_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}

@@ -1,11 +1,11 @@
-"""`pgfleet grants`: print, or apply, the least-privilege grants of pgfleet.grants."""
+"""`pgfleet grants`: print, or apply, the least-privilege grants of pgfleet.sql.grants."""
 
 from __future__ import annotations
 
 import click
 
-from pgfleet import grants as grant_sql
 from pgfleet.cli.common import EXIT_USAGE, database, fail, friendly, global_options
+from pgfleet.sql import grants as grant_sql
 
 
 @click.command("grants")

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from pgfleet import store
 from pgfleet.cli.common import (
     EXIT_USAGE,
     database,
@@ -18,7 +17,8 @@ from pgfleet.cli.common import (
     json_option,
     warn_unknown_queue,
 )
-from pgfleet.far_times import accept_far_times
+from pgfleet.sql import store
+from pgfleet.sql.far_times import accept_far_times
 
 
 @click.group()

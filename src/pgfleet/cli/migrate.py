@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pgfleet import migrations
 from pgfleet.cli.common import chosen_dsn, friendly, global_options
+from pgfleet.sql import migrate as migrations
 
 
 @click.command()

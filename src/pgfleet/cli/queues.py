@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pgfleet import store
 from pgfleet.cli.common import database, friendly, global_options, warn_unknown_queue
+from pgfleet.sql import store
 
 
 @click.group()

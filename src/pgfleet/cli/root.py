@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from pgfleet import __version__, early_signals, logs
+from pgfleet import __version__
 from pgfleet.cli.check import check, config_schema
 from pgfleet.cli.common import EXIT_USAGE, fail, global_options
 from pgfleet.cli.cron import cron
@@ -20,7 +20,8 @@ from pgfleet.cli.run import run
 from pgfleet.cli.status import status
 from pgfleet.cli.web import web
 from pgfleet.cli.worker import worker
-from pgfleet.shown_argv import hide_database_url
+from pgfleet.runtime import early_signals, logs
+from pgfleet.runtime.shown_argv import hide_database_url
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

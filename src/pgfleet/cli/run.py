@@ -11,8 +11,6 @@ from collections.abc import Callable
 
 import click
 
-from pgfleet import early_signals
-from pgfleet.child import STOP_SIGNALS, keep_stops
 from pgfleet.cli.common import (
     EXIT_USAGE,
     config_dsn,
@@ -26,7 +24,9 @@ from pgfleet.cli.common import (
 )
 from pgfleet.cli.preflight import check_in_child, web_problems
 from pgfleet.config import Config
-from pgfleet.private_dirs import RefusedDirectory
+from pgfleet.runtime import early_signals
+from pgfleet.runtime.child import STOP_SIGNALS, keep_stops
+from pgfleet.runtime.private_dirs import RefusedDirectory
 
 
 @click.command()
@@ -87,7 +87,7 @@ def fresh_metrics_dir() -> str:
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if given:
         # prometheus-client is imported only now, with the variable set.
-        from pgfleet import metrics_files
+        from pgfleet.metrics import files as metrics_files
 
         try:
             metrics_files.fresh_directory(given)

@@ -9,8 +9,8 @@ import click
 import psycopg
 
 from pgfleet.cli.common import chosen_dsn, global_options
-from pgfleet.db import scrub
 from pgfleet.errors import PgfleetError
+from pgfleet.sql.db import scrub
 from pgfleet.web.settings import BASIC_ENV, TOKEN_ENV, WebSettingsError, build_settings
 
 

@@ -19,7 +19,7 @@ from pgfleet.cli.common import (
     working_directory_last,
 )
 from pgfleet.config import Config, QueueConfig
-from pgfleet.db import first_line
+from pgfleet.sql.db import first_line
 
 
 @click.command()

@@ -19,8 +19,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from pgfleet.durations import parse_duration, parse_size
-from pgfleet.flow import parse_rate
+from pgfleet.core.durations import parse_duration, parse_size
+from pgfleet.core.flow import parse_rate
 
 MiB = 1024 * 1024
 

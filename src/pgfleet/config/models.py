@@ -8,7 +8,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
-from pgfleet.backoff import Backoff
 from pgfleet.config.fields import (
     FROZEN,
     CallableName,
@@ -26,9 +25,10 @@ from pgfleet.config.fields import (
     relation_error,
 )
 from pgfleet.config.messages import KeyPath, dotted, line_for, without_values
-from pgfleet.cron import CronError, validate_cron, validate_timezone
-from pgfleet.durations import format_duration
-from pgfleet.flow import MAX_CONCURRENCY, FlowLimits, parse_rate
+from pgfleet.core.backoff import Backoff
+from pgfleet.core.crontab import CronError, validate_cron, validate_timezone
+from pgfleet.core.durations import format_duration
+from pgfleet.core.flow import MAX_CONCURRENCY, FlowLimits, parse_rate
 
 
 def _check_max_not_below_initial(title: str, initial: float, maximum: float) -> None:

@@ -22,10 +22,18 @@ from pathlib import Path
 from prometheus_client import multiprocess
 
 from pgfleet import metrics
-from pgfleet.child import STOP_SIGNALS, fork_keeping_stops, run_child, set_title
 from pgfleet.config import Config, ConfigError, load_config
-from pgfleet.supervisor import stopping
-from pgfleet.supervisor.beacon import BeaconBoard
+from pgfleet.runtime.beacon import BeaconBoard
+from pgfleet.runtime.child import STOP_SIGNALS, fork_keeping_stops, run_child, set_title
+from pgfleet.runtime.exit_codes import (
+    EXIT_CRASHED,
+    EXIT_OK,
+    EXIT_RESCUE_FAILED,
+    child_exit_reason,
+    signal_name,
+)
+from pgfleet.runtime.process_groups import become_subreaper
+from pgfleet.runtime.rescue_pipe import RescuePipe
 from pgfleet.supervisor.children import (
     Identity,
     Slot,
@@ -36,17 +44,13 @@ from pgfleet.supervisor.children import (
     worker_count,
 )
 from pgfleet.supervisor.draining import Draining
-from pgfleet.supervisor.exit_codes import (
-    EXIT_CRASHED,
-    EXIT_OK,
-    EXIT_RESCUE_FAILED,
-    child_exit_reason,
-    signal_name,
-)
-from pgfleet.supervisor.process_groups import become_subreaper
-from pgfleet.supervisor.rescue_pipe import RescuePipe
 from pgfleet.supervisor.restarts import Restarts
-from pgfleet.supervisor.stopping import STOP_MARGIN, signal_child as _kill
+from pgfleet.supervisor.stopping import (
+    FINAL_RESCUES,
+    STOP_MARGIN,
+    next_stop,
+    signal_child as _kill,
+)
 
 log = logging.getLogger("pgfleet.supervisor")
 
@@ -84,7 +88,7 @@ class Supervisor:
         self.supervisor_id = f"{self.host}:{os.getpid()}:{self.token}"
         self.children: dict[int, Child] = {}
         self.restarts = Restarts()
-        # Queues whose next worker publishes the enqueue defaults (pgfleet.defaults).
+        # Queues whose next worker publishes the enqueue defaults (pgfleet.worker.defaults).
         self.unpublished = set(config.queues)
         self.extra_processes = 0
         # Signals not yet handled: those that came before run() (pgfleet.cli.run) first.
@@ -92,7 +96,7 @@ class Supervisor:
         self.stopping: str | None = None
         self.exit_code = EXIT_OK  # EXIT_RESCUE_FAILED: a stop left jobs to their lease
         # A worker's jobs were handed to maintenance and no maintenance process has
-        # confirmed them by a clean exit at the stop's end (stopping.maintenance_exited).
+        # confirmed them by a clean exit at the stop's end (maintenance_exited).
         self.rescue_asked = False
         self.final_rescues = 0  # maintenance processes started by a stop for its rescue
         self.stop_deadline = 0.0
@@ -122,7 +126,7 @@ class Supervisor:
                 continue
             name = signal_name(sig)
             if sig in STOP_SIGNALS:
-                stopping.begin(self, stopping.next_stop(self.stopping, sig), name)
+                self.begin_stop(next_stop(self.stopping, sig), name)
             elif sig == signal.SIGHUP and not self.stopping:
                 self._reload()
             elif sig in (signal.SIGTTIN, signal.SIGTTOU) and not self.stopping:
@@ -160,7 +164,7 @@ class Supervisor:
             self._reap()
             self.draining.step()
             if self.stopping:
-                if stopping.step(self):
+                if self.stop_step():
                     break
             else:
                 self._check_heartbeats()
@@ -275,7 +279,7 @@ class Supervisor:
         was_ready = self.board.was_ready(child.board_index)
         log.info("%s pid %d exited: %s", label(slot), child.pid, reason)
         if slot.kind == "maintenance":
-            stopping.maintenance_exited(self, status)
+            self.maintenance_exited(status)
         if slot.kind == "worker" and not self._held_nothing(child, status):
             # What its jobs started may still run: the jobs wait for the group to empty.
             # Which jobs its threads were running is read now, before the slot is reused.
@@ -346,6 +350,112 @@ class Supervisor:
         child.retiring = True
         log.info("retiring %s pid %d (%s)", label(child.slot), child.pid, why)
         _kill(child.pid, signal.SIGTERM)
+
+    def begin_stop(self, mode: str, signame: str) -> None:
+        """Start the stop `mode` names, or make the one under way harder."""
+        self.stopping = mode
+        if mode == "graceful":
+            self.stop_deadline = (time.monotonic() + self.config.supervisor.shutdown_timeout
+                                  + STOP_MARGIN)
+            log.info("%s: stopping gracefully (running jobs get %.0fs)", signame,
+                     self.config.supervisor.shutdown_timeout)
+            # Not the workers a reload retires: they are stopping gracefully already, and a
+            # second TERM would hurry them (Supervisor.retire).
+            for child in self.children.values():
+                if child.slot.kind == "worker" and not child.retiring:
+                    _kill(child.pid, signal.SIGTERM)
+        elif mode == "quick":
+            self.stop_deadline = time.monotonic() + STOP_MARGIN
+            log.info("%s: quick stop (running jobs are given back)", signame)
+            self.signal_kind("worker", signal.SIGINT)
+        elif mode == "kill":
+            log.warning("%s again: killing the workers; the jobs they were running "
+                        "are given back as crashes", signame)
+            self.kill_workers("stop signal repeated")
+        else:
+            log.warning("%s again: killing every child; their jobs wait for their lease",
+                        signame)
+            for pid in list(self.children):
+                _kill(pid, signal.SIGKILL)
+
+
+    def stop_step(self) -> bool:
+        """Workers first; the helpers stop once no worker is left, so the maintenance
+        process can still give back the jobs of a worker killed at the deadline."""
+        if time.monotonic() > self.stop_deadline and self.stopping in ("graceful", "quick"):
+            log.warning("children still running at the stop deadline; killing them")
+            self.kill_workers("shutdown deadline")
+        if self.stopping in ("kill", "kill-all") and time.monotonic() > self.stop_deadline:
+            for pid in list(self.children):
+                _kill(pid, signal.SIGKILL)
+        if any(c.slot.kind == "worker" for c in self.children.values()):
+            return False
+        if self.draining and time.monotonic() <= self.stop_deadline + STOP_MARGIN:
+            return False  # maintenance must stay for their rescue
+        self.draining.give_up()
+        self.start_final_rescue()
+        for child in self.children.values():
+            if not child.retiring:
+                self.retire(child, "stop")
+        return not self.children
+
+
+    def start_final_rescue(self) -> None:
+        """Once no worker is left: if stopped workers' jobs were handed to maintenance and no
+        maintenance process is there to give them back (a reload's retiring one exited just
+        before, or it was killed during the stop), start one; it is stopped at once and does
+        the final rescue (outside trial T11b: a HUP then a TERM 50 ms later, or maintenance
+        killed after the TERM, exited 0 and the jobs ended dead by lease expiry). Twice at
+        most: a stop must end."""
+        if (not self.rescue_asked or self.final_rescues >= FINAL_RESCUES
+                or any(c.slot.kind == "maintenance" for c in self.children.values())):
+            return
+        if self.stopping in ("kill", "kill-all") and time.monotonic() > self.stop_deadline:
+            # The stop is killing what is left: a new one would be killed at once (outside
+            # trial T12 saw three spawned and SIGKILLed in a few ms, logged as outside kills).
+            return
+        self.final_rescues += 1
+        log.info("starting a maintenance process to give back the stopped workers' jobs")
+        self.spawn(Slot("maintenance"))
+
+
+    def maintenance_exited(self, status: int) -> None:
+        """A maintenance process exited. Cleanly during a stop with no worker left: its final
+        rescue gave back all that was asked (no request can come after it). Otherwise, if
+        it did not exit cleanly, it may have taken requests it read with it (killed while a
+        client's lock held its statement: outside trial T11): they are asked again of the
+        next maintenance process, a successor or start_final_rescue's; but not of another
+        final rescue once one waited for the database in vain (exit 69): the stop ends."""
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        if code == EXIT_OK:
+            if self.stopping and not any(c.slot.kind == "worker" for c in self.children.values()):
+                self.rescue_asked = False
+            return
+        if code == EXIT_RESCUE_FAILED:
+            self.final_rescues = FINAL_RESCUES
+        asked = self.rescue.resend()
+        if asked:
+            log.warning("maintenance exited before it confirmed its give-backs; asking the next"
+                        " one again for the jobs of %d dead worker(s)", asked)
+
+
+    def kill_workers(self, why: str) -> None:
+        """SIGKILL the workers; the maintenance process gets STOP_MARGIN to give back the
+        jobs they held (as crashes: their threads may have been anywhere)."""
+        self.stopping = "kill"
+        for child in self.children.values():
+            if child.slot.kind == "worker":
+                child.killed_for = why
+                _kill(child.pid, signal.SIGKILL)
+        self.stop_deadline = time.monotonic() + STOP_MARGIN
+
+
+    def signal_kind(self, kind: str, sig: int) -> None:
+        """Send `sig` to every child of one kind."""
+        for child in self.children.values():
+            if child.slot.kind == kind:
+                _kill(child.pid, sig)
+
 
 def scaled(extra: int, sig: int, config: Config) -> int:
     """The workers every queue runs beyond its config after TTIN (one more) or TTOU (one

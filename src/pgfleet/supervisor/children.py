@@ -9,14 +9,14 @@ from typing import Protocol
 
 from pgfleet.config import Config
 from pgfleet.errors import PgfleetError
-from pgfleet.supervisor.beacon import Beacon
-from pgfleet.supervisor.failed_queues import FailedQueues
+from pgfleet.runtime.beacon import Beacon
+from pgfleet.runtime.failed_queues import FailedQueues
 
 log = logging.getLogger("pgfleet.children")
 
 
 class Runnable(Protocol):
-    """What every child is (pgfleet.child.ChildProcess); named here so the arbiter's
+    """What every child is (pgfleet.runtime.child.ChildProcess); named here so the arbiter's
     module does not import the child base's dependencies."""
 
     def install_signal_handlers(self) -> None: ...
@@ -41,7 +41,7 @@ class Identity:
     title: str
     beacon: Beacon
     rescue_fd: int
-    # A worker: publish its queue's and tasks' enqueue defaults (pgfleet.defaults).
+    # A worker: publish its queue's and tasks' enqueue defaults (pgfleet.worker.defaults).
     publish_defaults: bool = False
     # Maintenance: the queues the arbiter gave up on, to record in the database.
     failed_queues: FailedQueues | None = None
@@ -83,8 +83,8 @@ def describe(slot: Slot, count: int) -> str:
 
 def run_slot(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
     """Build the child of `slot`, give it its signal handlers and run it."""
-    from pgfleet.supervisor.exit_codes import EXIT_START_FAILED
-    from pgfleet.supervisor.process_groups import lead_own_group
+    from pgfleet.runtime.exit_codes import EXIT_START_FAILED
+    from pgfleet.runtime.process_groups import lead_own_group
 
     if slot.kind == "worker":
         # Before any task code: every process the worker's jobs start joins this group,
@@ -101,7 +101,7 @@ def build(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None
     if slot.kind == "worker":
         return build_worker(config, dsn, slot, me)
     if slot.kind == "maintenance":
-        from pgfleet.maintenance import Maintenance
+        from pgfleet.maintenance.process import Maintenance
 
         return Maintenance(
             config, dsn, supervisor_id=me.supervisor_id, supervisor_pid=me.supervisor_pid,
@@ -109,11 +109,11 @@ def build(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None
             failed_queues=me.failed_queues,
         )
     if slot.kind == "scheduler":
-        from pgfleet.scheduler import Scheduler
+        from pgfleet.cron.scheduler import Scheduler
 
         return Scheduler(config, dsn, beacon=me.beacon)
     if slot.kind == "exporter":
-        from pgfleet.exporter import Exporter
+        from pgfleet.exporter.process import Exporter
 
         return Exporter(config, dsn, beacon=me.beacon, supervisor_pid=me.supervisor_pid)
     if slot.kind == "web":
@@ -125,8 +125,8 @@ def build_web(config: Config, dsn: str, me: Identity) -> Runnable | None:
     """The web UI of the `web:` section; None (logged) without the web extra or with a
     setting that cannot work (a secret file gone since the start, say)."""
     try:
-        from pgfleet.web.child import WebChild
         from pgfleet.web.configured import from_config
+        from pgfleet.web.process import WebChild
 
         settings = from_config(config, dsn)
     except ImportError as exc:
@@ -142,10 +142,10 @@ def build_web(config: Config, dsn: str, me: Identity) -> Runnable | None:
 def build_worker(config: Config, dsn: str, slot: Slot, me: Identity) -> Runnable | None:
     """A worker of the slot's queue; None (logged) if its task modules do not import."""
     from pgfleet import middleware
-    from pgfleet.child import set_title
-    from pgfleet.defaults import for_worker
+    from pgfleet.runtime.child import set_title
     from pgfleet.tasks import load_registry
     from pgfleet.worker import Worker, build_settings
+    from pgfleet.worker.defaults import for_worker
 
     assert slot.queue is not None
     try:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from pgfleet.supervisor.process_groups import kill_group
+from pgfleet.runtime.process_groups import kill_group
 
 log = logging.getLogger("pgfleet.supervisor")
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from pgfleet import metrics
 from pgfleet.config import Config
+from pgfleet.runtime.failed_queues import FailedQueues
 from pgfleet.supervisor.children import Slot, label
-from pgfleet.supervisor.failed_queues import FailedQueues
 
 log = logging.getLogger("pgfleet.supervisor")
 

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from pgfleet import store
+from pgfleet.sql import store
 from pgfleet.web.forms import BadInput, whole_number
 from pgfleet.web.rendering import render
 from pgfleet.web.security import CSRF_COOKIE, CSRF_FIELD, csrf_valid

@@ -17,9 +17,9 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pgfleet.db import POOLER_ENV, scrub
 from pgfleet.errors import DatabaseUnavailable, PgfleetError
-from pgfleet.far_times import accept_far_times
+from pgfleet.sql.db import POOLER_ENV, scrub
+from pgfleet.sql.far_times import accept_far_times
 from pgfleet.web import actions, pages
 from pgfleet.web.rendering import render
 from pgfleet.web.security import Guard
@@ -48,7 +48,7 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
 def create_pool(settings: WebSettings) -> ConnectionPool[Any]:
     kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 5}
     if os.environ.get(POOLER_ENV, "").lower() == "transaction":
-        # As pgfleet.db.connect: a transaction pooler has no room for prepared statements.
+        # As pgfleet.sql.db.connect: a transaction pooler has no room for prepared statements.
         # Unprepared statements are planned with their values, so the filters still fold.
         kwargs["prepare_threshold"] = None
     # check: a connection broken by a database restart is replaced before a page gets it,

@@ -3,7 +3,7 @@ database: a mistake is a 400 naming the field, never a database error or a 500."
 
 from __future__ import annotations
 
-from pgfleet.web.queries import BIGINT_MAX
+from pgfleet.web.lists import BIGINT_MAX
 
 # Longer than any bigint: int() of a 5,000-digit string raises, and is never an id anyway.
 MAX_DIGITS = 19

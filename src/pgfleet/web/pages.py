@@ -9,9 +9,9 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pgfleet import fleet_store, store
-from pgfleet.cli import status
-from pgfleet.web import forms, queries
+from pgfleet.sql import fleet as fleet_store, store
+from pgfleet.status import fleet as status
+from pgfleet.web import forms, lists as queries
 from pgfleet.web.paging import Page, scan_windows, served_by_index
 from pgfleet.web.rendering import clip, pretty, render
 

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pgfleet.store import Conn
-from pgfleet.web import queries
+from pgfleet.sql.store import Conn
+from pgfleet.web import lists as queries
 
 # The windows of one page together take about this long.
 WINDOW_BUDGET = 0.1

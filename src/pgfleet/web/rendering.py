@@ -12,9 +12,9 @@ from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from pgfleet.cli.status import age
-from pgfleet.cli.terminal_text import escape_controls, has_hidden
-from pgfleet.far_times import FarTime
+from pgfleet.sql.far_times import FarTime
+from pgfleet.status.fleet import age
+from pgfleet.status.terminal_text import escape_controls, has_hidden
 
 FRAGMENT_HEADER = "x-pgfleet-fragment"
 # A job's args can be up to 1 MiB (and a hand-inserted row more): show the start only.

@@ -11,9 +11,9 @@ from typing import Any
 
 import uvicorn
 
-from pgfleet import migrations
-from pgfleet.db import connect
 from pgfleet.errors import PgfleetError
+from pgfleet.sql import migrate as migrations
+from pgfleet.sql.db import connect
 from pgfleet.web.app import create_app
 from pgfleet.web.settings import TOKEN_ENV, WebSettings
 

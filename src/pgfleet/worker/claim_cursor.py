@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pgfleet import store
+from pgfleet.sql import store
 
 
 def claim_full(jobs: Sequence[store.ClaimedJob], limit: int) -> bool:

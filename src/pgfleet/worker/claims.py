@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import fleet_store, store
-from pgfleet.flow import FlowLimits
+from pgfleet.core.flow import FlowLimits
+from pgfleet.sql import fleet as fleet_store, store
 from pgfleet.worker.prefetch import claim_bytes
 from pgfleet.worker.settings import WorkerSettings
 

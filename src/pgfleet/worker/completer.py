@@ -11,8 +11,9 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import metrics, store
-from pgfleet.backoff import Backoff
+from pgfleet import metrics
+from pgfleet.core.backoff import Backoff
+from pgfleet.sql import store
 from pgfleet.worker.claims import Claims
 from pgfleet.worker.executor import Executor, Outcome
 from pgfleet.worker.job_log import attempt_failed, lease_lost

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgfleet import context, metrics, middleware, payload, store
+from pgfleet import context, metrics, middleware
+from pgfleet.core import payload
 from pgfleet.errors import PayloadError
-from pgfleet.supervisor.process_groups import kill_thread_processes
+from pgfleet.runtime.process_groups import kill_thread_processes
+from pgfleet.sql import store
 from pgfleet.tasks import PermanentError, Registry, Retry, Snooze, Task
 from pgfleet.worker.job_log import UnknownTasks, interrupted
 

@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from pgfleet import store
+from pgfleet.sql import store
 
 log = logging.getLogger("pgfleet.worker")
 

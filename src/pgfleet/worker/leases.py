@@ -11,9 +11,9 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import fleet_store, store
-from pgfleet.child import exit_now
-from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST
+from pgfleet.runtime.child import exit_now
+from pgfleet.runtime.exit_codes import EXIT_LEASE_LOST
+from pgfleet.sql import fleet as fleet_store, store
 from pgfleet.worker.executor import Executor, LeaseLost
 
 log = logging.getLogger("pgfleet.worker")

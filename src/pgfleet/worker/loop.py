@@ -27,23 +27,25 @@ from typing import Any
 
 import psycopg
 
-from pgfleet import fleet_store, flow, metrics, store
-from pgfleet.child import BEAT_EVERY, ChildProcess
-from pgfleet.db import connect, first_line, scrub
-from pgfleet.defaults import publish as publish_defaults
+from pgfleet import metrics
+from pgfleet.core import flow
 from pgfleet.errors import DatabaseUnavailable
-from pgfleet.listener import WAKE_ALL, Listener
-from pgfleet.supervisor.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
-from pgfleet.supervisor.process_groups import kill_job_processes
+from pgfleet.runtime.child import BEAT_EVERY, ChildProcess
+from pgfleet.runtime.exit_codes import EXIT_LEASE_LOST, EXIT_OK, EXIT_RECYCLE, EXIT_TIMEOUT
+from pgfleet.runtime.process_groups import kill_job_processes
+from pgfleet.sql import fleet as fleet_store, store
+from pgfleet.sql.db import connect, first_line, scrub
 from pgfleet.worker.batching import FLUSH_DELAY, Batching
+from pgfleet.worker.cancels import TaskControl
 from pgfleet.worker.claim_cursor import claim_full
 from pgfleet.worker.claims import Claims
 from pgfleet.worker.completer import Completer, MetricCache
-from pgfleet.worker.control import TaskControl
+from pgfleet.worker.defaults import publish as publish_defaults
 from pgfleet.worker.display import BusyDisplay
 from pgfleet.worker.events import WorkerEvents
 from pgfleet.worker.executor import Executor, Running, WorkerStopping, last_progress
 from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
+from pgfleet.worker.listener import WAKE_ALL, Listener
 from pgfleet.worker.settings import WorkerSettings
 
 # After claims that found nothing, the shortest time before a notification may ask for
@@ -177,7 +179,7 @@ class Worker(ChildProcess):
             watchdog.set()
             if threading.current_thread() is threading.main_thread():
                 # A stuck job's processes must not outlive this process, which may end
-                # by sys.exit (`pgfleet worker`) rather than pgfleet.child.exit_now.
+                # by sys.exit (`pgfleet worker`) rather than pgfleet.runtime.child.exit_now.
                 kill_job_processes()
         return self.exit_code
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pgfleet.payload import MAX_ARGS_BYTES
+from pgfleet.core.payload import MAX_ARGS_BYTES
 
 # A claim takes at most this many jobs with prefetch auto (more threads still get one each).
 AUTO_CLAIM_CAP = 1000

@@ -11,13 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pgfleet.backoff import Backoff
 from pgfleet.config import Config, QueueConfig
-from pgfleet.defaults import Defaults
-from pgfleet.flow import FlowLimits
-from pgfleet.payload import MAX_ARGS_BYTES
-from pgfleet.supervisor.beacon import Beacon
+from pgfleet.core.backoff import Backoff
+from pgfleet.core.flow import FlowLimits
+from pgfleet.core.payload import MAX_ARGS_BYTES
+from pgfleet.runtime.beacon import Beacon
 from pgfleet.tasks import Registry
+from pgfleet.worker.defaults import Defaults
 
 
 @dataclass
@@ -45,7 +45,7 @@ class WorkerSettings:
     supervisor_id: str | None
     title: Callable[[str], None] | None
     beacon: Beacon | None
-    # Enqueue defaults to publish once connected (pgfleet.defaults); None: publish nothing.
+    # Enqueue defaults to publish once connected (pgfleet.worker.defaults); None: publish nothing.
     defaults: Defaults | None
 
 

@@ -1,0 +1,1 @@
+"""What an application calls: enqueue one job or many, wait for results, cancel."""

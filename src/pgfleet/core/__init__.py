@@ -1,0 +1,2 @@
+"""Plain values every layer shares: durations, rates, cron expressions, payload checks.
+No I/O."""

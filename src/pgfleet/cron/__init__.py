@@ -1,0 +1,1 @@
+"""The cron process: enqueues each schedule's jobs once across every host."""

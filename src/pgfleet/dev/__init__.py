@@ -1,0 +1,1 @@
+"""The embedded PostgreSQL server of `pgfleet dev` and the quick start."""

@@ -1,0 +1,1 @@
+"""The metrics process: serves /metrics, /livez and /readyz."""

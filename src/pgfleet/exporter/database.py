@@ -1,0 +1,143 @@
+"""The gauges read from the database, served by the exporter at scrape time.
+
+Written by a process into the multiprocess files they would outlive what they describe: a
+label set cannot be removed there, so a deleted queue kept its last count and an outage froze
+every value. Read on the scrape instead, they are absent while the database cannot be read
+(and `pgfleet_database_up` says 0), and a queue that is gone is simply not listed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from pgfleet import metrics
+from pgfleet.errors import DatabaseUnavailable
+from pgfleet.sql import fleet as fleet_store, store
+from pgfleet.sql.db import connect, scrub
+
+log = logging.getLogger("pgfleet.exporter.process")
+
+# However many scrapers arrive, the database is read at most once per this many seconds.
+CACHE_SECONDS = 1.0
+CONNECT_TIMEOUT = 2  # libpq rounds anything lower up to 2 seconds
+STATEMENT_TIMEOUT = "1s"
+
+
+def _family(gauge: metrics.DatabaseGauge) -> GaugeMetricFamily:
+    return GaugeMetricFamily(gauge.name, gauge.documentation, labels=list(gauge.labels))
+
+
+class QueueLabels:
+    """Queue label values of one scrape: configured queues first, then the others up to
+    metrics.QUEUE_LABEL_LIMIT, the rest folded into one label (names are data)."""
+
+    def __init__(self, known: Iterable[str], seen: Iterable[str]) -> None:
+        self.names: dict[str, str] = {}
+        for name in [*sorted(known), *sorted(set(seen))]:
+            if name in self.names:
+                continue
+            fits = len(self.names) < metrics.QUEUE_LABEL_LIMIT and len(name) <= 128
+            self.names[name] = name if fits else metrics.OTHER_QUEUES_LABEL
+
+    def __call__(self, name: str) -> str:
+        return self.names[name]
+
+
+def read_families(conn: psycopg.Connection[Any], known: Iterable[str]) -> list[Metric]:
+    """Every database gauge (database_up included) from one read-only transaction."""
+    with conn.transaction():
+        conn.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
+        counts = fleet_store.queue_counts(conn)
+        oldest = fleet_store.oldest_waiting(conn)
+        paused = fleet_store.paused_queues(conn)
+        beats = fleet_store.heartbeat_ages(conn)
+        flows = fleet_store.flow_usage(conn)
+    label = QueueLabels(known, [c[0] for c in counts] + [*oldest, *paused]
+                        + [f.queue for f in flows])
+    jobs: dict[tuple[str, str], int] = {}
+    for queue, state, n in counts:
+        jobs[label(queue), state] = jobs.get((label(queue), state), 0) + n
+    ages: dict[str, float] = {}
+    for queue, age in oldest.items():
+        ages[label(queue)] = max(age, ages.get(label(queue), 0.0))
+    flags = {label(q) for q in paused}
+    queue_jobs, oldest_age = _family(metrics.queue_jobs), _family(metrics.queue_oldest_age)
+    queue_paused = _family(metrics.queue_paused)
+    for queue in sorted(set(label.names.values())):
+        for state in metrics.QUEUE_STATES:
+            queue_jobs.add_metric([queue, state], jobs.get((queue, state), 0))
+        oldest_age.add_metric([queue], ages.get(queue, 0.0))
+        queue_paused.add_metric([queue], 1 if queue in flags else 0)
+    heartbeat = _family(metrics.process_heartbeat_age)
+    for beat in beats:
+        heartbeat.add_metric([beat.host, beat.kind], max(beat.seconds, 0.0))
+    up = _family(metrics.database_up)
+    up.add_metric([], 1)
+    return [up, queue_jobs, oldest_age, queue_paused, heartbeat, *_flow_families(flows, label)]
+
+
+def _flow_families(flows: list[store.FlowUsage], label: QueueLabels) -> list[Metric]:
+    """The flow-control gauges of each queue with published limits (a queue folded into
+    the overflow label is left out: its limits are its own)."""
+    limit, in_use = _family(metrics.flow_limit), _family(metrics.flow_in_use)
+    held = _family(metrics.flow_held_jobs)
+    for f in flows:
+        queue = label(f.queue)
+        if queue == metrics.OTHER_QUEUES_LABEL:
+            continue
+        rows = (("global_concurrency", f.global_concurrency, f.running, f.held_by_global),
+                ("rate_limit", f.rate_limit, f.starts, f.held_by_rate),
+                ("key_concurrency", f.key_concurrency, f.keys_at_limit, f.held_by_key))
+        for name, value, used, waiting in rows:
+            if value is None:
+                continue
+            limit.add_metric([queue, name], value)
+            in_use.add_metric([queue, name], used)
+            held.add_metric([queue, name], waiting)
+    return [limit, in_use, held]
+
+
+class DatabaseCollector:
+    """A prometheus-client collector: one database read per CACHE_SECONDS under a lock, so
+    a burst of scrapes costs one query round; on failure only `pgfleet_database_up 0`."""
+
+    def __init__(self, dsn: str, known_queues: Iterable[str]) -> None:
+        self.dsn = dsn
+        self.known = sorted(known_queues)
+        self.lock = threading.Lock()
+        self.read_at = -CACHE_SECONDS
+        self.families: list[Metric] = []
+        self.failing = False
+
+    def collect(self) -> list[Metric]:
+        with self.lock:
+            if time.monotonic() - self.read_at >= CACHE_SECONDS:
+                self.families = self._read()
+                self.read_at = time.monotonic()
+            return self.families
+
+    def _read(self) -> list[Metric]:
+        try:
+            with connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+                families = read_families(conn, self.known)
+        except (psycopg.Error, DatabaseUnavailable) as exc:
+            if not self.failing:
+                text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                log.warning("metrics: cannot read the database (pgfleet_database_up 0): %s",
+                            scrub(text, self.dsn))
+            self.failing = True
+            up = _family(metrics.database_up)
+            up.add_metric([], 0)
+            return [up]
+        if self.failing:
+            log.info("metrics: the database answers again")
+        self.failing = False
+        return families

@@ -1,0 +1,2 @@
+"""What every child process of the supervisor shares: its base class, heartbeat, exit
+codes, process groups, signals and logs."""

@@ -1,0 +1,168 @@
+"""The store's functions for rows about the fleet rather than its jobs: processes and
+their heartbeats, queue counts for `pgfleet status`, cron fire times, the enqueue watermark
+of the metrics, and what supervisors publish (task and queue defaults, flow limits, failed
+queues). One function per named query, run by store.py's runners, like store.py itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pgfleet.core.flow import FlowLimits
+from pgfleet.sql.rows import (
+    FireTime,
+    FlowUsage,
+    HeartbeatAge,
+    NewJobs,
+    ProcessRow,
+    QueueAge,
+    QueueCount,
+    QueueName,
+    QueueTally,
+    ScheduleFire,
+    ScheduleJob,
+    ScheduleLastRun,
+    ScheduleRunJob,
+)
+from pgfleet.sql.store import Conn, _as_dict, _exec, _many, _maybe, _one, _scalar
+
+
+def publish_limits(conn: Conn, *, published_by: str,
+                   limits: Mapping[str, FlowLimits | None]) -> None:
+    """Write each queue's flow control (None: none) to pgfleet.queue_limits."""
+    names = sorted(limits)
+    params = [found.params() if (found := limits[name]) else {} for name in names]
+    _exec(conn, "publish_limits", {
+        "published_by": published_by, "queues": names,
+        **{key: [p.get(key) for p in params]
+           for key in ("global_concurrency", "rate_limit", "rate_period", "key_concurrency")},
+    })
+
+
+def queue_has_limits(conn: Conn, queue: str) -> bool:
+    return bool(_scalar(conn, "queue_has_limits", {"queue": queue}))
+
+
+def flow_usage(conn: Conn) -> list[FlowUsage]:
+    return _many(conn, "flow_usage", None, FlowUsage)
+
+
+def register_process(
+    conn: Conn, *, id: str, host: str, pid: int, kind: str, queue: str | None,
+    supervisor: str | None,
+) -> None:
+    _exec(conn, "register_process",
+          {"id": id, "host": host, "pid": pid, "kind": kind, "queue": queue,
+           "supervisor": supervisor})
+
+
+def heartbeat_process(conn: Conn, id: str) -> None:
+    _exec(conn, "heartbeat_process", {"id": id})
+
+
+def unregister_process(conn: Conn, id: str) -> None:
+    _exec(conn, "unregister_process", {"id": id})
+
+
+def prune_processes(conn: Conn, stale_after: float) -> int:
+    return _exec(conn, "prune_processes", {"stale_after": stale_after})
+
+
+def queue_counts(conn: Conn) -> list[tuple[str, str, int]]:
+    return [(r.queue, r.state, int(r.count))
+            for r in _many(conn, "queue_counts", None, QueueCount)]
+
+
+def oldest_waiting(conn: Conn) -> dict[str, float]:
+    return {r.queue: float(r.seconds) for r in _many(conn, "oldest_waiting", None, QueueAge)}
+
+
+def paused_queues(conn: Conn) -> set[str]:
+    return {r.name for r in _many(conn, "paused_queues", None, QueueName)}
+
+
+def finished_last_minute(conn: Conn) -> dict[str, int]:
+    return {r.queue: int(r.count)
+            for r in _many(conn, "finished_last_minute", None, QueueTally)}
+
+
+def processes(conn: Conn) -> list[dict[str, Any]]:
+    return [_as_dict(row) for row in _many(conn, "processes", None, ProcessRow)]
+
+
+def heartbeat_ages(conn: Conn) -> list[HeartbeatAge]:
+    return _many(conn, "heartbeat_ages", None, HeartbeatAge)
+
+
+def db_now(conn: Conn) -> datetime:
+    now: datetime = _scalar(conn, "db_now")
+    return now
+
+
+def schedule_last_runs(conn: Conn, names: Sequence[str]) -> dict[str, datetime | None]:
+    """The latest recorded fire time per schedule, None for one that never fired."""
+    rows = _many(conn, "schedule_last_runs", {"names": list(names)}, ScheduleFire)
+    return {row.name: row.fire_time for row in rows}
+
+
+def insert_schedule_run(conn: Conn, *, schedule: str, fire_time: datetime) -> bool:
+    """Claim one fire time; False if any scheduler (on any host) already recorded it."""
+    row = _maybe(conn, "schedule_run_insert", {"schedule": schedule, "fire_time": fire_time},
+                 FireTime)
+    return row is not None
+
+
+def enqueue_schedule_run(
+    conn: Conn, *, schedule: str, fire_time: datetime, task: str, args_json: str,
+    queue: str, priority: int, max_attempts: int,
+) -> int:
+    """Enqueue the job of a fire time claimed in this transaction; returns its id."""
+    # :one, so a run row that vanished inside its own transaction is an error, not None.
+    row = _one(conn, "schedule_run_enqueue",
+               {"schedule": schedule, "fire_time": fire_time, "task": task, "args": args_json,
+                "queue": queue, "priority": priority, "max_attempts": max_attempts},
+               ScheduleJob)
+    return row.job_id
+
+
+def schedule_last_run_jobs(conn: Conn, names: Sequence[str]) -> dict[str, ScheduleLastRun]:
+    rows = _many(conn, "schedule_last_run_jobs", {"names": list(names)}, ScheduleRunJob)
+    return {row.name: ScheduleLastRun(fire_time=row.fire_time, job_id=row.job_id,
+                                      state=row.state) for row in rows}
+
+
+def max_job_id(conn: Conn) -> int:
+    return int(_scalar(conn, "max_job_id"))
+
+
+def jobs_created_since(conn: Conn, after: int) -> tuple[dict[str, int], int]:
+    """({queue: jobs created with id > after}, the highest id seen)."""
+    rows = _many(conn, "jobs_created_since", {"after": after}, NewJobs)
+    return {r.queue: int(r.count) for r in rows}, max([after, *(int(r.max_id) for r in rows)])
+
+
+def queue_known(conn: Conn, queue: str) -> bool:
+    return bool(_scalar(conn, "queue_known", {"queue": queue}))
+
+
+def publish_task_defaults(
+        conn: Conn, rows: Sequence[tuple[str, str | None, int | None, str | None]]) -> int:
+    """Write (task, queue, max_attempts, backoff JSON) rows to pgfleet.task_defaults;
+    returns the rows changed."""
+    return _exec(conn, "publish_task_defaults", {
+        "tasks": [r[0] for r in rows], "queues": [r[1] for r in rows],
+        "max_attempts": [r[2] for r in rows], "backoffs": [r[3] for r in rows]})
+
+
+def report_failed_queues(conn: Conn, *, id: str, failed: Mapping[str, str]) -> None:
+    """Record on supervisor `id`'s row the queues it gave up on (queue → reason)."""
+    _exec(conn, "report_failed_queues", {"id": id, "failed": json.dumps(dict(failed))})
+
+
+def publish_queue_defaults(conn: Conn, rows: Mapping[str, int]) -> int:
+    """Write queue → max_attempts to pgfleet.queue_defaults; rows changed."""
+    return _exec(conn, "publish_queue_defaults", {
+        "queues": list(rows), "max_attempts": list(rows.values())})

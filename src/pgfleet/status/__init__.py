@@ -1,0 +1,1 @@
+"""The fleet's status as one structure, read by `pgfleet status` and the web UI."""
