@@ -1,0 +1,5 @@
+-- The channel workers LISTEN on (pgfleet.listener.CHANNEL on the Python side).
+CREATE OR REPLACE FUNCTION pgfleet.notify_queue(queue text) RETURNS void
+LANGUAGE sql VOLATILE AS $$
+    SELECT pg_notify('pgfleet_jobs', $1)
+$$;
