@@ -14,7 +14,7 @@ force_custom_plan): asyncpg prepares both statements, and a generic plan that Po
 caches while the table is empty (the loop polls an empty queue before jobs arrive) seq-scans
 and sorts the whole table on every claim and joins it back by a nested loop: measured,
 ~300 jobs/s instead of thousands. pgfleet's psycopg connections prepare a statement after
-its fifth execution and can fall into the same trap (see docs/performance-history.md).
+its fifth execution and can fall into the same trap (see bench/results/HISTORY.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Component measurements behind docs/performance-history.md ("Changes and their measured effect").
+"""Component measurements behind bench/results/HISTORY.md ("Changes and their measured effect").
 
     python -m bench.probes bulk      # enqueue_many: validation and INSERT variants
     python -m bench.probes single    # single enqueue: autocommit, sync off, one transaction
