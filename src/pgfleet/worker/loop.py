@@ -96,10 +96,9 @@ def _watchdog(leases: Leases, held: Callable[[], int]) -> threading.Event:
 
 def _freeze_startup_objects() -> None:
     """Leave the objects that exist once the worker is up (modules, the supervisor's state
-    inherited by fork, the task registry) out of every later garbage collection. A full
-    collection walked them all while claimed jobs waited: 46-52 ms, once per worker early
-    in a drain (gc.callbacks in a drain of 30,000 jobs), at the first large hand-out.
-    Only a worker that owns its process does it: freezing is process-wide."""
+    inherited by fork, the task registry) out of every later garbage collection, which
+    would otherwise walk them all while claimed jobs wait (tens of milliseconds, early in
+    a drain). Only a worker that owns its process does it: freezing is process-wide."""
     if threading.current_thread() is threading.main_thread():
         gc.freeze()
 
