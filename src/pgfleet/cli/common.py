@@ -200,7 +200,7 @@ def load_or_exit(path: str, check_modules: bool = True) -> Config:
 
 def working_directory_last() -> None:
     """Task modules may live in the working directory, but a file there must not shadow
-    an installed or standard module (a planted `json.py` would run as us): it goes last
+    an installed or standard module (a planted `json.py` would run as this account): it goes last
     on sys.path, also when `python -m` put it first."""
     here = os.getcwd()
     sys.path[:] = [entry for entry in sys.path if entry not in ("", here)]

@@ -34,7 +34,7 @@ def cli(ctx: click.Context, log_format: str) -> None:
     """pgfleet: background jobs on PostgreSQL alone."""
     if ctx.invoked_subcommand != "run":
         # Only the supervisor acts on a signal that came while pgfleet was imported
-        # (cli.run.supervise takes it); any other command ends as it always did.
+        # (cli.run.supervise takes it); any other command ends as usual.
         early_signals.release()
     logs.setup(log_format)
     ctx.ensure_object(dict)["log_format"] = log_format

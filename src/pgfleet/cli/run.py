@@ -50,13 +50,13 @@ def supervise(path: str, config: Config, dsn: str,
     dev` adds its web UI that way)."""
     # A stop asked for while pgfleet was imported (early_signals) or during the checks
     # below (they import the task modules, which may take seconds) is kept for the
-    # supervisor, not left to the default action: that ended the process with 143 and no
-    # word in its log (outside trials T10, T11c).
+    # supervisor, not left to the default action, which would end the process with 143
+    # and no word in its log.
     early = early_signals.take()
     keep_stops(early)
-    # So is a reload (HUP), whose default action ended the process with 129 (re-trial
-    # T11b: a `reload` seconds after a start on a loaded host); the supervisor reads the
-    # file again once it runs. And TTIN / TTOU, whose default action suspended it (T12).
+    # So is a reload (HUP), whose default action would end the process with 129 (a
+    # `reload` seconds after a start on a loaded host); the supervisor reads the file
+    # again once it runs. And TTIN / TTOU, whose default action would suspend it.
     for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(sig, lambda signum, _frame: early.append(signum))
     if adjust is not None:
@@ -73,9 +73,9 @@ def supervise(path: str, config: Config, dsn: str,
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     # Stopped: a stop signal now has nothing left to stop. Python puts back the default
-    # action of its handlers as it exits, and a TERM landing then ended the process with
-    # 143 after "supervisor stopped" (outside trial T10b); a HUP, with 129 (T11c); a TTIN
-    # or TTOU would suspend it before its exit.
+    # action of its handlers as it exits, so a TERM landing then would end the process
+    # with 143 after "supervisor stopped", a HUP with 129, and a TTIN or TTOU would
+    # suspend it before its exit.
     for sig in (*STOP_SIGNALS, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(sig, signal.SIG_IGN)
     sys.exit(code)
@@ -94,9 +94,9 @@ def fresh_metrics_dir() -> str:
         except RefusedDirectory as exc:
             fail(f"PROMETHEUS_MULTIPROC_DIR: {exc}", EXIT_USAGE)
         except OSError as exc:
-            # Ours, but not writable (read-only, full): metrics must never stop the jobs.
+            # This account's, but not writable (read-only, full): metrics must never stop the jobs.
             # Each process then finds it cannot write its file and turns its metrics off
-            # with one line of its own (metrics_storage.py).
+            # with one line of its own (pgfleet/metrics/storage.py).
             click.echo(f"pgfleet: PROMETHEUS_MULTIPROC_DIR {given}: {exc}; metrics will "
                        "be off", err=True)
         path = given

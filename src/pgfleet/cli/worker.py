@@ -66,8 +66,8 @@ def worker(queue_name: str, modules: tuple[str, ...], threads: int | None,
     # The name `ps` shows, and the application_name of this worker's connections.
     setproctitle(f"pgfleet worker {queue_name}")
     dsn = chosen_dsn()
-    # A wrong password, role or database: one line and exit 1, as `pgfleet run` does
-    # (outside trial T11: the worker retried it five times a second, forever).
+    # A wrong password, role or database: one line and exit 1, as `pgfleet run` does,
+    # rather than a retry loop that can never succeed.
     refuse_permanent_connection_errors(dsn, f"pgfleet worker {queue_name}")
     w = Worker(build_settings(
         worker_config(queue_name, threads=threads, poll_interval=poll_interval,

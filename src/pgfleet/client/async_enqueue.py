@@ -1,8 +1,9 @@
 """Enqueueing from asyncio code: `await enqueue_async(aconn, ...)` on a
 psycopg.AsyncConnection, in the caller's transaction.
 
-The arguments and their checks are pgfleet.enqueue's (client._row and client._rows), so a
-field added there is accepted here too; the statements are store.py's, awaited."""
+The arguments and their checks are pgfleet.enqueue's (enqueue._row and enqueue._rows), so
+a field added there is accepted here too; the statements are pgfleet/sql/store.py's,
+awaited."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pgfleet.tasks import Task
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
-# client._row's keyword arguments that have no default there.
+# enqueue._row's keyword arguments that have no default there.
 _DEFAULTS: dict[str, Any] = {"queue": None, "priority": 0, "delay": None, "run_at": None,
                              "max_attempts": None, "unique_key": None}
 

@@ -1,10 +1,11 @@
 """A bulk enqueue on a blocking connection: chunks of rows, one INSERT each, sent back to
 back in one pipeline, then each chunk's unique keys held elsewhere looked up (the steps of
-enqueue_plan; store.enqueue_many_async drives the same plan on an asyncio connection).
+pgfleet/sql/bulk_plan.py; store.enqueue_many_async drives the same plan on an asyncio
+connection).
 
 Pipelined, the server inserts chunk k while the client validates and encodes chunk k+1
 (`chunks` may be a generator that validates lazily): on two cores that hides most of the
-client's time behind the server's (docs/performance-history.md, issue 16).
+client's time behind the server's (docs/performance-history.md).
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from pgfleet.sql import bulk_plan as enqueue_plan, store
 Conn = psycopg.Connection[Any]
 Rows = Sequence[tuple[Any, ...]]
 # What a chunk's INSERT returned: its ids when no row had a unique key (one array,
-# _ids), else None and enqueue_jobs' rows for enqueue_plan.
+# _ids), else None and pgfleet.enqueue_jobs' rows for the bulk plan.
 Done = tuple[list[int] | None, list[enqueue_plan.Inserted]]
 _SAVEPOINT = b"pgfleet_enqueue_many"
 
 
 def enqueue_chunks(conn: Conn, chunks: Iterable[Rows], atomic: bool) -> list[int]:
-    """Insert each chunk of rows (client._row's tuples); their ids in input order (the
-    existing job's id for a unique key an unfinished job already holds).
+    """Insert each chunk of rows (pgfleet.client.enqueue._row's tuples); their ids in input
+    order (the existing job's id for a unique key an unfinished job already holds).
 
     `atomic`: the chunks go in one transaction (an autocommit connection) or under a
     savepoint (the caller's transaction), so that an exception raised by `chunks` (a
@@ -46,7 +47,7 @@ def enqueue_chunks(conn: Conn, chunks: Iterable[Rows], atomic: bool) -> list[int
         inserted = _insert(conn, chunks, sent)
     except BaseException:
         # Raised on this side (a refused job, or the caller's iterable failing): undo the
-        # chunks sent. A database error has aborted the transaction, as it did before.
+        # chunks sent. A database error has aborted the transaction anyway.
         if conn.info.transaction_status is TransactionStatus.INTRANS:
             conn.execute(b"ROLLBACK TO SAVEPOINT " + _SAVEPOINT)
             conn.execute(b"RELEASE SAVEPOINT " + _SAVEPOINT)
@@ -90,7 +91,8 @@ def _finish(conn: Conn, chunks: Sequence[Rows], inserted: Sequence[Done]) -> lis
 
 
 def _rest_of_plan(conn: Conn, rows: Rows, inserted: list[enqueue_plan.Inserted]) -> list[int]:
-    """Run the steps of enqueue_plan after a chunk's first insert."""
+    """Run the steps of the bulk plan (pgfleet/sql/bulk_plan.py) after a chunk's first
+    insert."""
     plan = enqueue_plan.enqueue_many(rows)
     try:
         next(plan)

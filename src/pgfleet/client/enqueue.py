@@ -23,7 +23,7 @@ from pgfleet.sql.rows import Enqueued
 from pgfleet.tasks import Task
 
 # The built-in defaults; the database applies them (with the configured ones before them)
-# to whatever an enqueue leaves out: see pgfleet.job_defaults in migration 0009.
+# to whatever an enqueue leaves out: see pgfleet.enqueue_job and pgfleet.enqueue_jobs.
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 20
 # Rows per INSERT in enqueue_many: large enough to amortise the round trip, small enough
@@ -151,7 +151,7 @@ def _insert_one(conn: ConnOrDsn, row: Row) -> Enqueued:
 
 
 def _fields(row: Row) -> dict[str, Any]:
-    """store.enqueue's keyword arguments for one row (also async_client's)."""
+    """store.enqueue's keyword arguments for one row (also async_enqueue's)."""
     task_name, args_json, queue_name, priority, delay_s, at, attempts, key, meta_json, ck = row
     return dict(
         task=task_name, args_json=args_json, queue=queue_name, priority=priority,
@@ -177,7 +177,7 @@ def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int
 
 def _stream(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
     """enqueue_many without middleware: chunk k+1 is validated and encoded while the
-    server inserts chunk k (store.enqueue_chunks), which roughly halves the time of a
+    server inserts chunk k (pgfleet.client.bulk.enqueue_chunks), which roughly halves the time of a
     large batch on a machine with a core for each side."""
     batches = _batches(jobs)
     first = next(batches, None)
@@ -246,8 +246,9 @@ def _plain_row(job: Mapping[str, Any]) -> Row:
 
 
 def _insert_rows(conn: ConnOrDsn, rows: Sequence[Row]) -> list[int]:
-    """Rows already validated (and shown to the middleware): as before issue 16, each
-    chunk on its own, so an autocommit connection commits them one by one."""
+    """Rows already validated (and shown to the middleware): nothing on this side can fail
+    once they are sent, so no savepoint; an autocommit connection commits each chunk on
+    its own."""
     chunks = [rows[start:start + BULK_CHUNK] for start in range(0, len(rows), BULK_CHUNK)]
     with _connection(conn) as c:
         return bulk_enqueue.enqueue_chunks(c, chunks, atomic=False)

@@ -2,9 +2,9 @@
 registered middleware, then go to the database, or, in eager mode (pgfleet.testing), to
 an inline run instead.
 
-Rows are client._row's tuples; only the fields a middleware may see or change are read
-here by position (task, args, queue, max_attempts, meta), so a field added to the row
-passes through untouched."""
+Rows are pgfleet.client.enqueue._row's tuples; only the fields a middleware may see or
+change are read here by position (task, args, queue, max_attempts, meta), so a field added
+to the row passes through untouched."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pgfleet.core import payload
 T = TypeVar("T")
 Row = tuple[Any, ...]
 
-# Positions in client._row's tuple.
+# Positions in enqueue._row's tuple.
 TASK, ARGS, QUEUE, MAX_ATTEMPTS, META = 0, 1, 2, 6, 8
 
 

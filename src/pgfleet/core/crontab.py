@@ -267,7 +267,7 @@ def fire_times_after(expr: str, tz_name: str, after: datetime, count: int) -> li
         candidates = _instants(wall, zone, parsed.every_hour)
         found.extend(t for t in candidates if t > after and t not in found)
         found.sort()
-        # Later wall times never map before this one's first instant, so we can stop.
+        # Later wall times never map before this one's first instant, so the walk may stop.
         if len(found) >= count and candidates and candidates[0] > found[count - 1]:
             break
     return found[:count]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pgfleet.core.durations import parse_duration
 
 RATE_HINT = 'expected a rate like "100/s", "30/m", "1000/h" or "5/10s"'
-# Upper bounds shared with the CHECKs of migration 0014.
+# Upper bounds shared with the CHECKs of the pgfleet.queue_limits table.
 MAX_RATE = 1_000_000
 MAX_RATE_PERIOD = 86400.0
 MAX_CONCURRENCY = 100_000

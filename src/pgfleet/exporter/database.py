@@ -1,9 +1,10 @@
 """The gauges read from the database, served by the exporter at scrape time.
 
 Written by a process into the multiprocess files they would outlive what they describe: a
-label set cannot be removed there, so a deleted queue kept its last count and an outage froze
-every value. Read on the scrape instead, they are absent while the database cannot be read
-(and `pgfleet_database_up` says 0), and a queue that is gone is simply not listed.
+label set cannot be removed there, so a deleted queue would keep its last count and an
+outage would freeze every value. Read on the scrape instead, they are absent while the
+database cannot be read (and `pgfleet_database_up` says 0), and a queue that is gone is
+simply not listed.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class _Server(HTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind does a reverse DNS lookup of the address: skip it, a
         # slow resolver must not delay start-up. SO_REUSEADDR as TCPServer.server_bind
-        # sets it: without it, the connections of recent scrapes (TIME_WAIT on our side)
+        # sets it: without it, the connections of recent scrapes (TIME_WAIT on this side)
         # keep the port from the successor after a HUP or a restart for about a minute.
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind(self.server_address)
@@ -180,7 +180,7 @@ class Exporter(ChildProcess):
         self._ready_at = -READY_CACHE_SECONDS
         self._ready: tuple[bool, str] = (False, "not checked yet")
         self._reported: set[tuple[str, int]] = set()
-        # The database gauges, read at scrape time (database_metrics.py).
+        # The database gauges, read at scrape time (pgfleet/exporter/database.py).
         self.database_registry = CollectorRegistry()
         self.database_registry.register(DatabaseCollector(dsn, config.queues))
         self._logged_failure = ""

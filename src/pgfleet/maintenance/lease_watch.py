@@ -1,7 +1,7 @@
 """Which leases are stale, judged without any wall clock.
 
 A lease's expiry time is the server's clock plus the lease length; comparing it with the
-server's now() rescued live jobs when that clock jumped forward. The watch instead
+server's now() would rescue live jobs when that clock jumps forward. The watch instead
 remembers, per running job, its (holder, attempt, beats) and when this process first saw
 that exact value on its own monotonic clock. Every renewal advances `beats`, so a value
 unchanged for a whole lease proves the holder renewed nothing for a lease: its own

@@ -1,6 +1,6 @@
 """The maintenance process: gives back jobs of dead workers, prunes finished jobs,
 heartbeats the supervisor's row and counts enqueued jobs for the metrics (the queue gauges
-are read by the exporter at scrape time: database_metrics.py)."""
+are read by the exporter at scrape time: pgfleet/exporter/database.py)."""
 
 from __future__ import annotations
 
@@ -82,8 +82,8 @@ class Maintenance(DatabaseChild):
     def _final_rescue(self) -> bool:
         """Give back what the stopped workers held, waiting for the database while it is
         away: a job left leased is rescued by a lease watch only after a whole lease, and
-        charged, so prefetched jobs that never ran could end dead (outside trial T10: a
-        stop during an outage). Waits up to a lease; the supervisor's stop deadline may
+        charged, so prefetched jobs that never ran could end dead after a stop during an
+        outage. Waits up to a lease; the supervisor's stop deadline may
         end this process first. False if the jobs were not given back."""
         until = time.monotonic() + self.config.supervisor.lease
         while True:
@@ -151,7 +151,7 @@ class Maintenance(DatabaseChild):
 
     def _rescue_stale(self, conn: psycopg.Connection[Any]) -> None:
         """Rescue the jobs whose lease nobody renewed for a whole lease, as timed by this
-        process's monotonic clock (maintenance.lease_watch): a host that vanished or froze."""
+        process's monotonic clock (maintenance/lease_watch.py): a host that vanished or froze."""
         stale = self.lease_watch.stale(rescue_store.running_leases(conn), time.monotonic())
         for job_id, queue, state in rescue_store.rescue_stale(conn, leases=stale[:RESCUE_BATCH]):
             metrics.jobs_rescued.labels(metrics.queue_label(queue)).inc()
@@ -176,8 +176,8 @@ class Maintenance(DatabaseChild):
             # Several running when it died of its own fault (a signal such as SIGSEGV, an
             # exit): any of them may be the culprit, so none is charged; each runs alone
             # next, where a crash names its culprit. SIGKILL comes from outside (an
-            # operator, the supervisor, the OOM killer): every running job is charged, as
-            # before, and none is made to run alone.
+            # operator, the supervisor, the OOM killer): every running job is charged, and
+            # none is made to run alone.
             shared = len(suspects) > 1 and not reason.endswith("SIGKILL")
             rows = rescue_store.rescue_holder(conn, worker=worker, error=reason,
                                        delays=self._retry_delays(held), shared=shared,

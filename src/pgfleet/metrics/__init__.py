@@ -88,7 +88,7 @@ build_info = Gauge(
 
 @dataclass(frozen=True)
 class DatabaseGauge:
-    """A gauge read from the database at scrape time by the exporter (database_metrics.py),
+    """A gauge read from the database at scrape time by the exporter (exporter/database.py),
     never written by a process: multiprocess files cannot drop a label set, and these must
     vanish when the database cannot be read or a queue no longer exists."""
 
@@ -230,7 +230,7 @@ def observe_many(child: Any, amounts: Sequence[float]) -> None:
     """Histogram.observe of each amount, written once per bucket touched instead of twice
     per amount. A worker observes two histograms for every job, and each write of a
     multiprocess value takes a lock, checks the pid and writes the file: in a drain of
-    no-op jobs that was about a third of the worker's main thread (py-spy). Relies on
+    no-op jobs that is about a third of the worker's main thread (py-spy). Relies on
     prometheus-client's histogram children holding non-cumulative `_buckets` beside
     `_upper_bounds` and a `_sum` (0.20-0.26); tests/unit/test_metrics_batch.py compares
     the result with observe()."""

@@ -2,13 +2,13 @@
 
 Signal handlers here only set a flag and write one byte to a self-pipe. They never take a
 lock: a handler runs on the main thread between two bytecodes, possibly while that thread
-already holds the lock it would wait for (threading.Event.set() inside Event.wait() froze
-workers for good). The main loop waits on the pipe with select(), so a signal, a finished
-job or a notification from another thread ends its wait at once.
+already holds the lock it would wait for (threading.Event.set() inside Event.wait() can
+deadlock). The main loop waits on the pipe with select(), so a signal, a finished job or
+a notification from another thread ends its wait at once.
 
-The base also owns what every child needs and once drifted between four copies: the
-heartbeat (which keeps beating while the child waits for the database), the reconnect
-backoff with jitter, the watch on the parent, and the top-level guard.
+The base also owns what every child needs, so it exists once: the heartbeat (which keeps
+beating while the child waits for the database), the reconnect backoff with jitter, the
+watch on the parent, and the top-level guard.
 """
 
 from __future__ import annotations
@@ -72,10 +72,10 @@ class Wakeup:
         except InterruptedError:
             ready = []
         # Drain first, then clear: a poke between the two skips its write, but it came
-        # before this returns, so the caller sees its state. The other order lost wake-ups:
-        # a poke after the clear wrote a byte the drain then swallowed, and `pending` stayed
-        # set with an empty pipe, so every later poke skipped its write and the next wait
-        # slept its whole timeout (a notified worker idled 0.5 s at a time under load).
+        # before this returns, so the caller sees its state. The other order loses
+        # wake-ups: a poke after the clear writes a byte the drain then swallows, and
+        # `pending` stays set with an empty pipe, so every later poke skips its write and
+        # each wait sleeps its whole timeout.
         self._drain()
         self.pending = False
         return [fd for fd in ready if fd != self.read_fd]
@@ -123,9 +123,8 @@ class Reconnect:
     def report(self, logger: logging.Logger, what: str, error: str, delay: float) -> None:
         """A failed attempt, once `failed()` counted it: each error the run has not seen
         yet at WARNING (a few at most), repeats at DEBUG, so an outage is a line or two per
-        process, not one per retry (a 30 s outage made about 25 lines per listener), and
-        its cause still shows when it changes (outside trial T12: a lost connection, then
-        a rotated password that only DEBUG said). `error`: one line, secrets scrubbed."""
+        process, not one per retry, and a change of cause still shows (a lost connection,
+        then a rotated password). `error`: one line, secrets scrubbed."""
         new = error not in self.reported and len(self.reported) < MAX_REPORTED_ERRORS
         if new:
             self.reported.add(error)
@@ -276,14 +275,14 @@ def keep_stops(into: list[int]) -> None:
 def fork_keeping_stops() -> int:
     """os.fork() with the stop signals held from before the fork until the child keeps
     them (keep_stops): a stop that reaches the new child before that is kept for it, not
-    run by the parent's inherited handler (outside trial T11: a TERM right after start was
-    lost that way by a worker, which claimed jobs until the deadline SIGKILLed it)."""
+    run by the parent's inherited handler, which would lose it (the worker would then
+    claim jobs until the stop's deadline SIGKILLs it)."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     pid = os.fork()
     if pid == 0:
         keep_stops(EARLY_STOPS)
-        # Not the parent's wake-up pipe, which the child closes next: a signal then made
-        # Python print "Exception ignored ... Bad file descriptor" (outside trial T12).
+        # Not the parent's wake-up pipe, which the child closes next: a signal would then
+        # make Python print "Exception ignored ... Bad file descriptor".
         signal.set_wakeup_fd(-1)
     signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return pid
@@ -298,8 +297,8 @@ def run_child(title: str, body: Callable[[], int]) -> None:
             signal.signal(sig, signal.SIG_DFL)
         # Until the child installs its own handlers (after importing the task modules,
         # which may take seconds), a stop is kept for it: the supervisor's inherited
-        # handler recorded it where nobody looked, and the worker started and claimed
-        # jobs after the stop (outside trial T10b).
+        # handler would record it where nobody looks, and the worker would claim jobs
+        # after the stop.
         keep_stops(EARLY_STOPS)
         signal.set_wakeup_fd(-1)
         follow_parent_death()

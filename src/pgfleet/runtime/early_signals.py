@@ -1,15 +1,14 @@
 """Signals that reach the `pgfleet` command before it has handlers of its own.
 
 Importing pgfleet, its driver, pydantic and click takes about a second on an idle host
-and several on a loaded one (outside trial T11c: 5-8 s at load average 8). A TERM or a
-HUP in that window met the default action: `pgfleet run` ended with 143 or 129 and
-nothing in its log, and a `reload` right after a deploy's start killed the supervisor; a
-TTIN or TTOU suspended it.
+and several on a loaded one. Under the default actions a TERM or a HUP in that window
+would end `pgfleet run` with 143 or 129 and nothing in its log (so a `reload` right after
+a deploy's start would kill the supervisor), and a TTIN or TTOU would suspend it.
 The package's __init__ calls keep() first, when this process is the pgfleet command, so
 such a signal is noted instead. The supervisor then takes what was noted (take) and
 acts on it as if it had come a moment later; every other command gets the default
 actions back at once and the noted signals delivered again (release), so a Ctrl-C or a
-TERM ends it as it always did.
+TERM ends it as usual.
 
 A top-level module that imports nothing of pgfleet and nothing slow.
 """
@@ -18,9 +17,9 @@ from __future__ import annotations
 
 import signal
 
-# What is kept: the stops (as pgfleet.runtime.child.STOP_SIGNALS), a reload, and one worker more
-# or fewer (TTIN, TTOU: their default action suspends the process, and a supervisor
-# suspended that way ignored the TERM of a `systemctl stop`: outside trial T12).
+# What is kept: the stops (as pgfleet.runtime.child.STOP_SIGNALS), a reload, and one worker
+# more or fewer (TTIN, TTOU: their default action suspends the process, and a suspended
+# supervisor would not act on the TERM of a `systemctl stop`).
 KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
                 signal.SIGTTIN, signal.SIGTTOU)
 

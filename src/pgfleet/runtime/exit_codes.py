@@ -59,8 +59,8 @@ def child_exit_reason(status: int, killed_for: str | None,
     with the worker's own mark on the beacon board. A task may call os._exit(67) too, and
     that is a crash like any other exit the worker did not choose. Exit code 0 with the
     mark: a stop ended with jobs it could not give back (their threads still in task code
-    at the deadline, or the database away); they go back refunded, not as a crash (outside
-    trial T11: a lone job of a worker stopped so ended dead)."""
+    at the deadline, or the database away); they go back refunded, not as a crash, so a
+    stop never costs a job an attempt."""
     reason, label = exit_reason(status, killed_for)
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     if code == EXIT_OK and gave_up_mark:

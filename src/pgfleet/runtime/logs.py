@@ -15,8 +15,8 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"messa
 
 def utc_stamp(record: logging.LogRecord) -> str:
     """The record's time in UTC, ISO 8601 with milliseconds and Z. Not local time: Django
-    (and any code calling time.tzset) moves the process's zone to its settings, so lines
-    of one fleet came out in different, unmarked zones; the job lines' own times are UTC."""
+    (and any code calling time.tzset) moves the process's zone to its settings, so local
+    times of one fleet would be in different, unmarked zones; the job lines' times are UTC."""
     return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z")
 

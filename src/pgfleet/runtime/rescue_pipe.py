@@ -61,11 +61,11 @@ class RescuePipe:
 
     def resend(self) -> int:
         """Arbiter side, after the maintenance process exited without saying it gave
-        back what it was asked (killed while a lock held its statement: outside trial
-        T11, where the jobs of the dead workers then ended dead by lease expiry): ask its
-        successor again for what was asked within keep_for. A give-back is fenced by the
-        dead worker's id and a running state, so one already done finds nothing. Returns
-        how many requests were written again."""
+        back what it was asked (say, killed while a lock held its statement): ask its
+        successor again for what was asked within keep_for, so those jobs do not wait for
+        lease expiry, which charges every job held, even those that never ran. A give-back
+        is fenced by the dead worker's id and a running state, so one already done finds
+        nothing. Returns how many requests were written again."""
         self._forget_old()
         written = 0
         for _, data in self.sent:

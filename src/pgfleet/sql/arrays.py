@@ -1,7 +1,7 @@
 """The columns of a bulk enqueue as PostgreSQL binary arrays, built in a few C-level calls.
 
 psycopg's generic list dumper looks each element up and packs it in Python: for the
-columns of 50,000 jobs that was the largest client cost of `enqueue_many` (more than
+columns of 50,000 jobs it would be the largest client cost of `enqueue_many` (more than
 validating them). The columns here are plain str / int / float lists whose element types
 are already checked, so each array is one header, the packed lengths and the elements
 interleaved, and one join; a column whose elements are all equal (one task, one queue, no

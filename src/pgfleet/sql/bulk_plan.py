@@ -1,6 +1,6 @@
 """The statements of a bulk enqueue as a plan of steps, written once and driven by
-bulk_enqueue.enqueue_chunks on a blocking connection and by store.enqueue_many_async on an
-asyncio one: insert the rows, then find the ids of rows whose unique key an unfinished job
+pgfleet.client.bulk.enqueue_chunks on a blocking connection and by store.enqueue_many_async
+on an asyncio one: insert the rows, then find the ids of rows whose unique key an unfinished job
 already held (inserting again those whose holder finished meanwhile)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pgfleet.sql.rows import KeyHolder
 # existing_by_unique_key) → list[KeyHolder].
 BulkStep = tuple[str, Any]
 # A row of enqueue_jobs' result: (id, task, unique_key); plain tuples, read by position,
-# because a bulk enqueue reads tens of thousands of them. Since migration 0017 a chunk
-# without unique keys returns NULL task and key.
+# because a bulk enqueue reads tens of thousands of them. A chunk without unique keys
+# returns NULL task and key.
 Inserted = tuple[int, str | None, str | None]
 BulkPlan = Generator[BulkStep, list[Any], list[int]]
 

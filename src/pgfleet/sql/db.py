@@ -95,8 +95,8 @@ def resolve_dsn(explicit: str | None = None) -> str | None:
 SEARCH_PATH = "pg_catalog,pgfleet"
 # psycopg prepares a statement after its 5th run and PostgreSQL then may switch to a generic
 # plan. A worker that polled an empty queue gets a generic claim (and completion) planned
-# for an empty table, which then scans and sorts the whole backlog on every claim: drains
-# after 15 s of idling ran at a tenth of the rate (bench.probes idle-arrival). Planning
+# for an empty table, which then scans and sorts the whole backlog on every claim: a drain
+# after 15 s of idling runs at a tenth of the rate (bench.probes idle-arrival). Planning
 # each execution costs well under a millisecond for these statements.
 PLAN_CACHE_MODE = "force_custom_plan"
 

@@ -1,7 +1,8 @@
 """The store's functions for rows about the fleet rather than its jobs: processes and
 their heartbeats, queue counts for `pgfleet status`, cron fire times, the enqueue watermark
 of the metrics, and what supervisors publish (task and queue defaults, flow limits, failed
-queues). One function per named query, run by store.py's runners, like store.py itself.
+queues). One function per named query, run by the runners of pgfleet/sql/store.py, like
+the store itself.
 """
 
 from __future__ import annotations

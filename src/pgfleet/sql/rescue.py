@@ -1,6 +1,6 @@
-"""The store's functions for the rescues: what a dead worker held and giving it back
-(R3a), and the leases a watcher finds unrenewed for a whole lease (R3b). One function per
-named query, run by store.py's runners, like store.py itself."""
+"""The store's functions for the rescues: what a dead worker held and giving it back, and
+the leases a watcher finds unrenewed for a whole lease. One function per named query, run
+by the runners of pgfleet/sql/store.py, like the store itself."""
 
 from __future__ import annotations
 

@@ -46,11 +46,11 @@ class ClaimedJob:
     max_attempts: int
     args_size: int
     wait_seconds: float
-    solo: bool  # runs only alone in its process (crash containment, migration 0007)
+    solo: bool  # runs alone: it was among several running when their process crashed
     priority: int
     run_at: datetime
     meta: str | None = None  # JSON text of the job's meta; None when it is empty
-    more: bool = False  # the claim's byte budget left due jobs behind (migration 0025)
+    more: bool = False  # the claim's byte budget (max_bytes) left due jobs behind
 
 
 @dataclass(slots=True)
@@ -234,7 +234,7 @@ class ProcessRow:
     kind: str
     queue: str | None
     supervisor: str | None
-    # A supervisor's queues it gave up on, queue → reason (migration 0010).
+    # A supervisor's queues it gave up on, queue → reason.
     failed_queues: dict[str, str]
     heartbeat_age: float
 
@@ -292,7 +292,7 @@ class NewJobs:
 
 
 
-# Task control (migration 0011).
+# Task control: cancellation and progress.
 
 
 @dataclass(frozen=True)

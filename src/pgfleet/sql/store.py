@@ -63,8 +63,8 @@ Row = TypeVar("Row")
 ClaimKey = tuple[int, datetime, int]
 Params = Mapping[str, Any] | None
 
-# Give-backs of one job that do not count as attempts (migration 0008); later ones do, so
-# a task that stops its own worker cannot loop at the same count for ever.
+# Give-backs of one job that do not count as attempts; later ones do, so a task that stops
+# its own worker cannot loop at the same count for ever.
 MAX_REFUNDS = 3
 
 
@@ -227,9 +227,10 @@ enqueue_many_params = bulk_arrays.enqueue_many_params
 
 
 def send_enqueue_many(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> bool:
-    """Send the INSERT of `rows` (client._row's tuples) on `cur`; in a pipeline this
-    returns at once. True when no row has a unique key: the result is then one array of
-    ids, else rows read with enqueue_many_result (bulk_enqueue.py reads both)."""
+    """Send the INSERT of `rows` (pgfleet.client.enqueue._row's tuples) on `cur`; in a
+    pipeline this returns at once. True when no row has a unique key: the result is then
+    one array of ids, else rows read with enqueue_many_result (pgfleet/client/bulk.py reads
+    both)."""
     bulk_arrays.register(cur.adapters)
     params = enqueue_many_params(rows)
     if params["unique_keys"] is None:

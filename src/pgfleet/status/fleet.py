@@ -74,7 +74,7 @@ def _decoded(text: str) -> Any:
 
 def _failed_on(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
     """Queue → the supervisors that gave up on it (crash_limit, start failures), from
-    their rows (migration 0010): each with its host and the reason."""
+    their rows (processes.failed_queues): each with its host and the reason."""
     failed: dict[str, list[dict[str, str]]] = {}
     for row in rows:
         if row["kind"] != "supervisor":

@@ -1,9 +1,9 @@
 """The arbiter: one thread, no database connection, no task code.
 
 It forks the children the configuration asks for (per queue `processes` workers, one
-maintenance process, one scheduler, one exporter), keeps exactly that set alive, and acts
-on signals. Signal handlers only record the signal; the loop below does the work, so no
-handler ever runs in the middle of a fork or a waitpid.
+maintenance process, one scheduler, one exporter, one web server), keeps exactly that set
+alive, and acts on signals. Signal handlers only record the signal; the loop below does the
+work, so no handler ever runs in the middle of a fork or a waitpid.
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ class Supervisor:
                 return
             child = self.children.pop(pid, None)
             if child is None:
-                continue  # as PID 1 we also reap orphans that are not ours
+                continue  # as PID 1 it also reaps orphans that are not its children
             if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
                 # Its live gauges must stop counting; its counters keep their totals.
                 multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
@@ -343,8 +343,8 @@ class Supervisor:
 
     def retire(self, child: Child, why: str) -> None:
         """Ask a child to stop gracefully, once: a worker takes a second TERM for "stop
-        quickly" (outside trial T12: a reload then a stop, or two reloads, cut the old
-        workers' running jobs off, and repeated pairs ended an innocent job dead)."""
+        quickly", so a reload then a stop, or two reloads, would cut the retiring workers'
+        running jobs off."""
         if child.retiring:
             return
         child.retiring = True
@@ -404,15 +404,14 @@ class Supervisor:
         """Once no worker is left: if stopped workers' jobs were handed to maintenance and no
         maintenance process is there to give them back (a reload's retiring one exited just
         before, or it was killed during the stop), start one; it is stopped at once and does
-        the final rescue (outside trial T11b: a HUP then a TERM 50 ms later, or maintenance
-        killed after the TERM, exited 0 and the jobs ended dead by lease expiry). Twice at
-        most: a stop must end."""
+        the final rescue, so those jobs are not left to lease expiry, which charges them.
+        Twice at most: a stop must end."""
         if (not self.rescue_asked or self.final_rescues >= FINAL_RESCUES
                 or any(c.slot.kind == "maintenance" for c in self.children.values())):
             return
         if self.stopping in ("kill", "kill-all") and time.monotonic() > self.stop_deadline:
-            # The stop is killing what is left: a new one would be killed at once (outside
-            # trial T12 saw three spawned and SIGKILLed in a few ms, logged as outside kills).
+            # The stop is killing what is left: a new one would be killed at once, and its
+            # death logged as a kill from outside.
             return
         self.final_rescues += 1
         log.info("starting a maintenance process to give back the stopped workers' jobs")
@@ -422,8 +421,8 @@ class Supervisor:
     def maintenance_exited(self, status: int) -> None:
         """A maintenance process exited. Cleanly during a stop with no worker left: its final
         rescue gave back all that was asked (no request can come after it). Otherwise, if
-        it did not exit cleanly, it may have taken requests it read with it (killed while a
-        client's lock held its statement: outside trial T11): they are asked again of the
+        it did not exit cleanly, it may have taken requests it read with it (say, killed
+        while a client's lock held its statement): they are asked again of the
         next maintenance process, a successor or start_final_rescue's; but not of another
         final rescue once one waited for the database in vain (exit 69): the stop ends."""
         code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None

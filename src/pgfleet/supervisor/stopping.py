@@ -1,8 +1,8 @@
 """How the supervisor stops: graceful on TERM, quick on INT or QUIT, and one step harder
-with each stop signal during a stop (a second TERM used to SIGKILL every child, and an INT
-after a TERM too, leaving running jobs leased until another host's lease watch charged
-them: outside trial T10). Workers stop first; the helpers stop once no worker is left, so
-the maintenance process can still give back the jobs of a worker killed on the way."""
+with each stop signal during a stop, so a repeated TERM hurries the running jobs (given
+back refunded) before anything is killed, and only the last step leaves jobs to their
+lease. Workers stop first; the helpers stop once no worker is left, so the maintenance
+process can still give back the jobs of a worker killed on the way."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Which jobs a page of /jobs reads, newest first, keyset-paged on the id.
 
 An index read in id order serves the unfiltered page, running jobs, and dead or cancelled
-jobs (of one queue or all; migration 0012): page 1,000 costs what page 1 does. Any other
-filter (queue, task, text, a common state) reads the primary key one window of ids at a
-time, sized to the time left, until the page is full, the oldest job is reached or the time
-budget is spent: a rare match costs more clicks on "older", never an unbounded scan.
+jobs (of one queue or all; the jobs_ended_badly indexes): page 1,000 costs what page 1
+does. Any other filter (queue, task, text, a common state) reads the primary key one window
+of ids at a time, sized to the time left, until the page is full, the oldest job is reached
+or the time budget is spent: a rare match costs more clicks on "older", never an unbounded
+scan.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 or auto), where the claim starts (ClaimCursor), and when collected outcomes may wait for
 the next flush instead of costing a round trip of their own.
 
-An outcome's slot frees only once it is committed, so each flush used to carry what one
-wake-up of the loop had collected, and the claim riding along took just as many jobs:
-batches shrank to a few jobs per round trip (claims averaged 52-56 with claims <= 100).
-While every thread still has a job queued behind the one it runs, nothing is gained by
-committing at once: the outcomes wait (at most FLUSH_DELAY, and never more than half the
-claim size) and the next flush commits them together and claims a full batch.
+An outcome's slot frees only once it is committed. A flush of whatever one wake-up of the
+loop collected would free only that many slots, and the claim riding along would take just
+as many jobs: batches would shrink to a few jobs per round trip. While every thread still
+has a job queued behind the one it runs, nothing is gained by committing at once: the
+outcomes wait (at most FLUSH_DELAY, and never more than half the claim size) and the next
+flush commits them together and claims a full batch.
 """
 
 from __future__ import annotations
@@ -38,13 +38,11 @@ class Batching:
         """Should prefetch auto give back some of the `held` jobs (running or waiting for
         a thread; outcomes awaiting their commit not counted)? A claim is sized by the jobs
         measured before it; when they turn out slow, those claimed ahead would run one
-        after another here while other processes idle (outside trials T9 and T10: 100 jobs
-        of 1 s behind tiny ones ran in one of two processes, 111 s instead of ~55). Only
-        beyond two jobs per thread and what auto wants ahead now (its want wavers between
-        0 and 1 as slow jobs and round trips vary: giving back that one job cost a round
-        trip a second, T10b); only when the excess is GIVE_BACK_SECONDS of work per thread or
-        more (a give-back is a round trip, and the jobs are claimed again); and once per
-        GIVE_BACK_EVERY at most."""
+        after another here while other processes idle. Only beyond two jobs per thread and
+        what auto wants ahead now (its want wavers between 0 and 1 as slow jobs and round
+        trips vary, and giving back that one job would cost a round trip a second); only
+        when the excess is GIVE_BACK_SECONDS of work per thread or more (a give-back is a
+        round trip, and the jobs are claimed again); and once per GIVE_BACK_EVERY at most."""
         if self.fixed is not None or now < self.next_give_back:
             return False
         excess = held - 2 * self.threads - self.prefetch()

@@ -2,12 +2,12 @@
 
 Each claimed row leaves a dead entry at the head of jobs_claim_idx (the row leaves the
 partial index; its entry stays until vacuum, and autovacuum does not get to it during a
-drain), so a claim from the head steps over every job claimed so far: 500-800 index
-pages per claim after 40,000-100,000 jobs (docs/performance-history.md). After a full claim the
-next one starts past its last key instead. Rows the cursor has passed that are waiting
-again (a job enqueued at a higher priority or with a past run_at, a future job fallen
-due, a row another worker locked and let go) are found by the next claim from the head:
-after any short claim, on a notification, and at least once per poll interval.
+drain), so a claim from the head steps over every job claimed so far: 500-800 index pages
+per claim after 40,000-100,000 jobs (docs/performance-history.md). After a full claim the
+next one starts past its last key instead. Rows the cursor has passed that are waiting again
+(a job enqueued at a higher priority or with a past run_at, a future job fallen due, a row
+another worker locked and let go) are found by the next claim from the head: after any short
+claim, on a notification, and at least once per poll interval.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pgfleet.sql import store
 
 def claim_full(jobs: Sequence[store.ClaimedJob], limit: int) -> bool:
     """Did the claim stop before the due jobs did: it took `limit`, or its byte budget
-    left some behind (`more`, migration 0025)? More are likely waiting either way."""
+    left some behind (`more`, from pgfleet.claim_jobs)? More are likely waiting either way."""
     return len(jobs) >= limit or (bool(jobs) and jobs[0].more)
 
 

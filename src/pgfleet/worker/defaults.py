@@ -3,9 +3,9 @@ path (Python, SQL, the CLI, bulk) gets the configured queue and attempts.
 
 What is published: each configured queue's `max_attempts` (pgfleet.queue_defaults) and the
 `queue`, `max_attempts` and `backoff` each registered @task declares (pgfleet.task_defaults,
-NULL for what it leaves out; the backoff prices crashed attempts, see maintenance.py).
-The database applies them in migration 0009's order: the call, the task, its queue, then
-built-in ('default', 20).
+NULL for what it leaves out; the backoff prices crashed attempts, see
+pgfleet/maintenance/process.py). pgfleet.enqueue_job and pgfleet.enqueue_jobs apply them
+in this order: the call, the task, its queue, then built-in ('default', 20).
 
 Who publishes: the arbiter runs no task code, so the first worker each queue starts after
 `pgfleet run` starts or reloads (HUP) publishes its queue and the tasks of its registry; it
@@ -57,7 +57,7 @@ def for_worker(config: Config, queue: str, registry: Registry) -> Defaults:
             log.warning("task %r declares max_attempts=%r, outside %d..%d; not published",
                         name, attempts, low, high)
             attempts = None
-        # The task's own backoff prices its crashed attempts too (maintenance.py).
+        # The task's own backoff prices its crashed attempts too (maintenance/process.py).
         backoff = json.dumps(dataclasses.asdict(task.backoff)) if task.backoff else None
         tasks.append((name, task.queue, attempts, backoff))
     return Defaults(queues={queue: config.queues[queue].max_attempts}, tasks=tasks)

@@ -156,9 +156,9 @@ class Executor:
         self.threads: list[threading.Thread] = []
         self.loops = EventLoops()
         # Open while the worker has its database connection. A job no thread has started
-        # waits while it is closed (outside trial T12: prefetched jobs started during an
-        # outage ran to their end unrecorded, then again once the worker gave them back);
-        # if the outage outlasts most of the lease it goes back never run, uncharged.
+        # waits while it is closed: started during an outage, it would run to its end
+        # unrecorded, then again once the worker gave it back. If the outage outlasts most
+        # of the lease it goes back never run, uncharged.
         self.gate = threading.Event()
         self.gate.set()
 

@@ -1,5 +1,6 @@
-"""Leases: renewed with every heartbeat; a job whose row is no longer ours is stopped, and
-a worker that could not renew for most of a lease must stop running its jobs."""
+"""Leases: renewed with every heartbeat; a job whose row is no longer this worker's is
+stopped, and a worker that could not renew for most of a lease must stop running its
+jobs."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ class Leases:
 
     def renew(self, conn: psycopg.Connection[Any], executor: Executor) -> None:
         """Heartbeat the process row and renew every running job's lease in one
-        transaction; interrupt the jobs whose rows are no longer ours, and cancel those
-        someone asked to cancel."""
+        transaction; interrupt the jobs whose rows are no longer this worker's, and cancel
+        those someone asked to cancel."""
         # Taken before the statement: the server's new expiry is at least this late.
         sent = time.monotonic()
         with conn.transaction():
@@ -55,7 +56,7 @@ class Leases:
             if job_id not in renewed and not running.lost:
                 executor.interrupt(running, LeaseLost)
             elif renewed.get(job_id):
-                # Cancelled, and no NOTIFY reached us (notifications off, or lost).
+                # Cancelled, and no NOTIFY reached this worker (notifications off, or lost).
                 executor.cancel(running)
         self.next_renewal = time.monotonic() + self.heartbeat_interval
 

@@ -1,6 +1,6 @@
 """A thread that LISTENs for new-job notifications on a connection of its own.
 
-NOTIFY is only a hint (DESIGN invariant 7): when the connection drops, the listener
+NOTIFY is only a hint: when the connection drops, the listener
 reconnects with jittered backoff and then reports a wake-up, because notifications sent
 while it was away are lost and the worker must poll to catch up.
 """
@@ -22,7 +22,7 @@ from pgfleet.sql.db import connect, first_line
 log = logging.getLogger("pgfleet.worker.listener")
 
 CHANNEL = "pgfleet_jobs"
-# pgfleet.cancel_jobs (migration 0011) names there the worker of a job it cancelled.
+# pgfleet.cancel_jobs names there the worker of a job it cancelled.
 CANCEL_CHANNEL = "pgfleet_cancel"
 WAKE_ALL = ""  # passed to the callback after a reconnect: "poll every queue now"
 # A silent TCP connection can be dead without either side knowing; probe it this often.

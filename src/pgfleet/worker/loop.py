@@ -1,8 +1,8 @@
 """The worker: claim → run → finish, for one queue, up to `threads` jobs at once.
 
 The main thread owns the database connection and runs a loop of fixed phases; each phase
-runs on every pass, and no failure of one skips the others (a database outage once
-silently stopped timeout enforcement):
+runs on every pass, and no failure of one skips the others (so a database outage never
+stops timeout enforcement):
 
     beat → parent → collect outcomes → timeouts → leases → stop? → database → wait
 
@@ -53,8 +53,8 @@ from pgfleet.worker.settings import WorkerSettings
 # become a flood of claims. A claim that found jobs sets no gap, so a job enqueued alone
 # starts one round trip after its commit; nor does a single empty claim, because empty
 # claims are common where a notification races a claim (the job it announced was taken by
-# the claim before it, or by another worker): with two workers gapping after each, a job
-# arriving next waited up to the whole gap in ~3 % of enqueues (p99 37 ms when idle).
+# the claim before it, or by another worker), and with two workers gapping after each, a
+# job arriving next would often wait up to the whole gap.
 NOTIFY_GAP = 0.05
 EMPTY_CLAIMS_BEFORE_GAP = 2
 
@@ -96,10 +96,9 @@ def _watchdog(leases: Leases, held: Callable[[], int]) -> threading.Event:
 
 def _freeze_startup_objects() -> None:
     """Leave the objects that exist once the worker is up (modules, the supervisor's state
-    inherited by fork, the task registry) out of every later garbage collection. A full
-    collection walked them all while claimed jobs waited: 46-52 ms, once per worker early
-    in a drain (gc.callbacks in a drain of 30,000 jobs), at the first large hand-out.
-    Only a worker that owns its process does it: freezing is process-wide."""
+    inherited by fork, the task registry) out of every later garbage collection, which
+    would otherwise walk them all while claimed jobs wait (tens of milliseconds, early in
+    a drain). Only a worker that owns its process does it: freezing is process-wide."""
     if threading.current_thread() is threading.main_thread():
         gc.freeze()
 
@@ -445,7 +444,7 @@ def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
         return
     # The bookkeeping goes before the jobs: a job's thread cannot start it before this
     # thread lets go of the GIL (its next wait), so what this thread does after the first
-    # job is queued delays that job (latency_trace: 0.15 ms from submit to the wait).
+    # job is queued delays that job.
     admitted = [worker.executor.admit(job, worker.s.registry, worker.s.timeout)
                 for job in jobs]
     metrics.observe_many(worker.metric(metrics.job_wait, worker.s.queue),
@@ -458,8 +457,8 @@ def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
 
 def _stopped_before_connecting(worker: Worker) -> int:
     """Stopped while it waited for the database: it claimed nothing, so there is nothing
-    to give back, and the supervisor's stop need not wait for the database (outside trial
-    T12: it did, then exited 69 saying jobs were left to their lease)."""
+    to give back, and the supervisor's stop need not wait for the database (nor report
+    jobs left to their lease)."""
     if worker.beacon is not None:
         worker.beacon.held_nothing()
     return worker.exit_code

@@ -13,18 +13,17 @@ The cap is 1,000 jobs: claims of 1,000 drained no-op jobs ~1.4x faster than clai
 trips. What it does not bound is memory: each claimed job's args are held until it runs,
 so the prefetch also stays within PREFETCH_BYTES of args at their measured mean size, and
 each claim within claim_bytes() of args whatever was measured (the database stops taking
-rows there, migration 0025): the first claim after a queue turns from tiny jobs to big
-ones no longer takes up to the cap of them (outside trial T10b: 545 MB of args in one
-worker). A claim of bigger args than measured raises the mean at once; smaller ones lower
-it gradually.
+rows there: see `max_bytes` of pgfleet.claim_jobs), so the first claim after a queue
+turns from tiny jobs to big ones does not take up to the cap of them. A claim of bigger
+args than measured raises the mean at once; smaller ones lower it gradually.
 
 The measures describe the jobs a worker ran last. After it has held nothing for
 STALE_AFTER they are forgotten: a queue that drained tiny jobs and then gets slow ones or
 big ones (a pause, a quiet hour, a burst from another producer) would otherwise claim up to
-the cap of them into one process while the others idle (outside trial T9: 100 jobs of 1 s
-ran in one of two processes, and 300 jobs of 1 MiB args took 668 MB in one worker). Jobs
-of a new kind within a busy backlog are still claimed by the old measure; once they turn
-out slow, those no thread has started are given back (Batching.held_too_long).
+the cap of them into one process while the others idle, or hold all their args in one
+worker. Jobs of a new kind within a busy backlog are still claimed by the old measure;
+once they turn out slow, those no thread has started are given back
+(Batching.held_too_long).
 """
 
 from __future__ import annotations
