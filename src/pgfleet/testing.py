@@ -28,7 +28,7 @@ from pgfleet.core import payload
 from pgfleet.core.backoff import Backoff
 from pgfleet.errors import PgfleetError
 from pgfleet.sql import fleet as fleet_store, store
-from pgfleet.sql.rows import ClaimedJob
+from pgfleet.sql.rows import ClaimedJob, NewJobRow
 from pgfleet.tasks import Registry, load_registry
 from pgfleet.worker.completer import complete, ended
 from pgfleet.worker.executor import Executor, Outcome
@@ -131,7 +131,7 @@ class EagerRuns:
     raise_errors: bool = True
     registry: Registry | None = None
 
-    def run(self, rows: Sequence[producer.JobSpec]) -> list[int]:
+    def run(self, rows: Sequence[NewJobRow]) -> list[int]:
         ids = []
         for spec in rows:
             job_id = len(self.outcomes) + 1

@@ -13,10 +13,10 @@ from typing import Any
 import psycopg
 
 from pgfleet.client import producer
-from pgfleet.client.enqueue import BULK_CHUNK, Row, _fields, _row, _rows
+from pgfleet.client.enqueue import BULK_CHUNK, _row, _rows
 from pgfleet.errors import PgfleetError
 from pgfleet.sql import store
-from pgfleet.sql.rows import Enqueued
+from pgfleet.sql.rows import Enqueued, NewJobRow
 from pgfleet.tasks import Task
 
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -38,8 +38,8 @@ async def enqueue_job_async(conn: AsyncConn, task: str | Task,
     _check(conn)
     row = _row(task, args, **{**_DEFAULTS, **options})
 
-    async def insert(rows: Sequence[Row]) -> Enqueued:
-        return await store.enqueue_async(conn, **_fields(rows[0]))
+    async def insert(rows: Sequence[NewJobRow]) -> Enqueued:
+        return await store.enqueue_async(conn, rows[0])
 
     return await producer.send_async([row], insert, lambda done: [done.job_id],
                                      lambda ids: Enqueued(ids[0], True))
@@ -58,7 +58,7 @@ async def enqueue_many_async(conn: AsyncConn, jobs: Iterable[Mapping[str, Any]])
     thousands per statement; their ids in input order."""
     _check(conn)
 
-    async def insert(rows: Sequence[Row]) -> list[int]:
+    async def insert(rows: Sequence[NewJobRow]) -> list[int]:
         ids: list[int] = []
         for start in range(0, len(rows), BULK_CHUNK):
             ids.extend(await store.enqueue_many_async(conn, rows[start:start + BULK_CHUNK]))

@@ -18,9 +18,10 @@ from psycopg.pq import TransactionStatus
 
 from pgfleet.errors import PgfleetError
 from pgfleet.sql import bulk_plan as enqueue_plan, store
+from pgfleet.sql.rows import NewJobRow
 
 Conn = psycopg.Connection[Any]
-Rows = Sequence[tuple[Any, ...]]
+Rows = Sequence[NewJobRow]
 # What a chunk's INSERT returned: its ids when no row had a unique key (one array,
 # _ids), else None and pgfleet.enqueue_jobs' rows for the bulk plan.
 Done = tuple[list[int] | None, list[enqueue_plan.Inserted]]

@@ -19,7 +19,7 @@ from pgfleet.core import payload
 from pgfleet.errors import PayloadError
 from pgfleet.sql import store
 from pgfleet.sql.db import connect
-from pgfleet.sql.rows import Enqueued
+from pgfleet.sql.rows import Enqueued, NewJobRow
 from pgfleet.tasks import Task
 
 # The built-in defaults; the database applies them (with the configured ones before them)
@@ -43,12 +43,6 @@ def _connection(target: ConnOrDsn) -> Iterator[psycopg.Connection[Any]]:
         yield target
 
 
-# One validated job, in the column order of store.enqueue_many: task, args JSON, queue,
-# priority, delay, run_at, max_attempts, unique_key, meta JSON, concurrency_key. A tuple
-# rather than a dict: a bulk enqueue builds tens of thousands of them and transposes them
-# with zip(). A None queue or max_attempts is filled in by the database.
-Row = tuple[str, str, str | None, int, float, datetime | None, int | None, str | None,
-            str | None, str | None]
 _JOB_FIELDS = frozenset({"task", "args", "queue", "priority", "delay", "run_at",
                          "max_attempts", "unique_key", "meta", "concurrency_key"})
 
@@ -65,7 +59,7 @@ def _row(
     unique_key: str | None,
     meta: Mapping[str, Any] | None = None,
     concurrency_key: str | None = None,
-) -> Row:
+) -> NewJobRow:
     """Validate one job's fields; raises PayloadError before anything is written.
 
     Precedence of defaults: the call, then the task (a Task object here; a name is looked
@@ -76,7 +70,7 @@ def _row(
         task = task.name
     if delay is not None and run_at is not None:
         raise PayloadError("run_at", "give either delay or run_at, not both")
-    return (
+    return NewJobRow(
         payload.name("task", task),
         payload.args_json(args),
         payload.name("queue", queue) if queue is not None else None,
@@ -145,19 +139,10 @@ def enqueue_job(
                          lambda done: [done.job_id], lambda ids: Enqueued(ids[0], True))
 
 
-def _insert_one(conn: ConnOrDsn, row: Row) -> Enqueued:
+def _insert_one(conn: ConnOrDsn, row: NewJobRow) -> Enqueued:
     with _connection(conn) as c:
-        return store.enqueue(c, **_fields(row))
+        return store.enqueue(c, row)
 
-
-def _fields(row: Row) -> dict[str, Any]:
-    """store.enqueue's keyword arguments for one row (also async_enqueue's)."""
-    task_name, args_json, queue_name, priority, delay_s, at, attempts, key, meta_json, ck = row
-    return dict(
-        task=task_name, args_json=args_json, queue=queue_name, priority=priority,
-        delay=delay_s, run_at=at, max_attempts=attempts, unique_key=key,
-        meta_json=meta_json, concurrency_key=ck,
-    )
 
 
 def enqueue_many(conn: ConnOrDsn, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -199,10 +184,10 @@ def _batches(jobs: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, list[Mapp
         start += len(batch)
 
 
-def _rows(jobs: Iterable[Mapping[str, Any]], start: int = 0) -> list[Row]:
+def _rows(jobs: Iterable[Mapping[str, Any]], start: int = 0) -> list[NewJobRow]:
     """Validate the jobs of a bulk enqueue; PayloadError names the first bad one by its
     index among all the jobs (`start` is the index of the first of these)."""
-    rows: list[Row] = []
+    rows: list[NewJobRow] = []
     append = rows.append
     for index, job in enumerate(jobs, start):
         try:
@@ -222,7 +207,7 @@ def _rows(jobs: Iterable[Mapping[str, Any]], start: int = 0) -> list[Row]:
     return rows
 
 
-def _job_row(job: Mapping[str, Any]) -> Row:
+def _job_row(job: Mapping[str, Any]) -> NewJobRow:
     get = job.get
     return _row(job["task"], get("args"), queue=get("queue"), priority=get("priority", 0),
                 delay=get("delay"), run_at=get("run_at"), max_attempts=get("max_attempts"),
@@ -234,18 +219,18 @@ def _job_row(job: Mapping[str, Any]) -> Row:
 _PLAIN_FIELDS = frozenset({"task", "args", "queue"})
 
 
-def _plain_row(job: Mapping[str, Any]) -> Row:
+def _plain_row(job: Mapping[str, Any]) -> NewJobRow:
     """_job_row for a job of only task, args and queue, without the keyword call and the
     checks of absent fields (~0.5 us of a bulk enqueue's ~2.5 us per job)."""
     task, queue = job["task"], job.get("queue")
     if isinstance(task, Task):
         return _job_row(job)
-    return (payload.name("task", task), payload.args_json(job.get("args")),
+    return NewJobRow(payload.name("task", task), payload.args_json(job.get("args")),
             payload.name("queue", queue) if queue is not None else None,
             0, 0.0, None, None, None, None, None)
 
 
-def _insert_rows(conn: ConnOrDsn, rows: Sequence[Row]) -> list[int]:
+def _insert_rows(conn: ConnOrDsn, rows: Sequence[NewJobRow]) -> list[int]:
     """Rows already validated (and shown to the middleware): nothing on this side can fail
     once they are sent, so no savepoint; an autocommit connection commits each chunk on
     its own."""

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pgfleet import middleware
 from pgfleet.core import payload
+from pgfleet.sql.rows import NewJobRow
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -24,18 +24,7 @@ Row = tuple[Any, ...]
 TASK, ARGS, QUEUE, MAX_ATTEMPTS, META = 0, 1, 2, 6, 8
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """A validated job as eager mode runs it."""
-
-    task: str
-    args_json: str
-    queue: str | None
-    max_attempts: int | None
-    meta_json: str | None
-
-
-Divert = Callable[[Sequence[JobSpec]], list[int]]
+Divert = Callable[[Sequence[NewJobRow]], list[int]]
 _diverted: list[Divert] = []
 
 
@@ -49,26 +38,24 @@ def diverted(runner: Divert) -> Any:
         _diverted.remove(runner)
 
 
-def _event(rows: Sequence[Row]) -> middleware.Enqueueing:
+def _event(rows: Sequence[NewJobRow]) -> middleware.Enqueueing:
     return middleware.Enqueueing(jobs=[
-        middleware.NewJob(task=row[TASK], queue=row[QUEUE], args=json.loads(row[ARGS]),
-                          meta=json.loads(row[META]) if row[META] else {})
+        middleware.NewJob(task=row.task, queue=row.queue, args=json.loads(row.args_json),
+                          meta=json.loads(row.meta_json) if row.meta_json else {})
         for row in rows])
 
 
-def _with_meta(rows: Sequence[Row], event: middleware.Enqueueing) -> list[Row]:
+def _with_meta(rows: Sequence[NewJobRow], event: middleware.Enqueueing) -> list[NewJobRow]:
     """The rows with the meta the middleware left, checked again like the caller's."""
     changed = []
     for row, job in zip(rows, event.jobs, strict=True):
         meta = payload.meta_json(job.meta) if job.meta else None
-        changed.append((*row[:META], meta, *row[META + 1:]))
+        changed.append(row._replace(meta_json=meta))
     return changed
 
 
-def _divert(rows: Sequence[Row]) -> list[int]:
-    return _diverted[-1]([JobSpec(task=row[TASK], args_json=row[ARGS], queue=row[QUEUE],
-                                  max_attempts=row[MAX_ATTEMPTS], meta_json=row[META])
-                            for row in rows])
+def _divert(rows: Sequence[NewJobRow]) -> list[int]:
+    return _diverted[-1](rows)
 
 
 def direct() -> bool:
@@ -77,7 +64,7 @@ def direct() -> bool:
     return not middleware.active() and not _diverted
 
 
-def send(rows: Sequence[Row], insert: Callable[[Sequence[Row]], T],
+def send(rows: Sequence[NewJobRow], insert: Callable[[Sequence[NewJobRow]], T],
          ids_of: Callable[[T], list[int]], from_ids: Callable[[list[int]], T]) -> T:
     """Insert `rows` through the middleware. `ids_of` reads the job ids from what `insert`
     returns; `from_ids` makes that result from ids in eager mode."""
@@ -91,7 +78,8 @@ def send(rows: Sequence[Row], insert: Callable[[Sequence[Row]], T],
     return result
 
 
-async def send_async(rows: Sequence[Row], insert: Callable[[Sequence[Row]], Awaitable[T]],
+async def send_async(rows: Sequence[NewJobRow],
+                     insert: Callable[[Sequence[NewJobRow]], Awaitable[T]],
                      ids_of: Callable[[T], list[int]],
                      from_ids: Callable[[list[int]], T]) -> T:
     """`send` for an insert on an asyncio connection."""

@@ -18,6 +18,8 @@ from typing import Any
 from psycopg.adapt import Buffer, Dumper
 from psycopg.pq import Format
 
+from pgfleet.sql.rows import NewJobRow
+
 # Array element types and the array types they belong to (pg_type.oid, fixed in core).
 TEXT, TEXT_ARRAY = 25, 1009
 INT4, INT4_ARRAY = 23, 1007
@@ -117,8 +119,8 @@ def _nulls_to_none(values: Sequence[Any]) -> list[Any] | None:
     return None if values.count(None) == len(values) else list(values)
 
 
-def enqueue_many_params(rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
-    """The parameters of the enqueue_many query for rows (client._row's tuples), as
+def enqueue_many_params(rows: Sequence[NewJobRow]) -> dict[str, Any]:
+    """The parameters of the enqueue_many query for `rows`, as
     binary arrays; a column NULL in every row is sent as a NULL array."""
     (tasks, args, queues, priorities, delays, run_ats, max_attempts, unique_keys, metas,
      concurrency_keys) = zip(*rows, strict=True)

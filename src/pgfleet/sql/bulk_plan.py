@@ -9,7 +9,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from pgfleet.errors import PgfleetError
-from pgfleet.sql.rows import KeyHolder
+from pgfleet.sql.rows import KeyHolder, NewJobRow
 
 # One step of a bulk enqueue: ("insert", rows) → list[Inserted], or ("lookup", params of
 # existing_by_unique_key) → list[KeyHolder].
@@ -21,13 +21,13 @@ Inserted = tuple[int, str | None, str | None]
 BulkPlan = Generator[BulkStep, list[Any], list[int]]
 
 
-def enqueue_many(rows: Sequence[tuple[Any, ...]]) -> BulkPlan:
+def enqueue_many(rows: Sequence[NewJobRow]) -> BulkPlan:
     """The statements of enqueue_many, as steps for a driver (see BulkStep)."""
     if not rows:
         return []
     inserted: list[Inserted] = yield ("insert", rows)
-    tasks = [row[0] for row in rows]
-    unique_keys = [row[7] for row in rows]
+    tasks = [row.task for row in rows]
+    unique_keys = [row.unique_key for row in rows]
     if not any(unique_keys):
         # RETURNING follows the insertion order, which follows ORDER BY ord.
         return [job[0] for job in inserted]
@@ -46,7 +46,7 @@ def enqueue_many(rows: Sequence[tuple[Any, ...]]) -> BulkPlan:
         # A key whose holder finished between the two statements is free again: insert
         # those rows once more (their first row of each key, as the first insert did).
         gone = {pair for pair in missing if pair not in by_key}
-        again = [row for row in rows if (row[0], row[7]) in gone]
+        again = [row for row in rows if (row.task, row.unique_key) in gone]
         again_inserted: list[Inserted] = (yield ("insert", again)) if again else []
         by_key.update({(task, key): job_id for job_id, task, key in again_inserted
                        if key is not None})

@@ -6,7 +6,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class NewJobRow(NamedTuple):
+    """A job to insert, validated (pgfleet.core.payload), from the enqueue call to the row:
+    the one shape every enqueue path hands on (one, many, async, SQL text, eager mode). A
+    tuple, so a bulk enqueue transposes tens of thousands of them with one zip(). A None
+    queue or max_attempts is filled in by the database: the task's published default, then
+    the queue's, then 'default' and 20."""
+    task: str
+    args_json: str
+    queue: str | None
+    priority: int
+    delay: float
+    run_at: datetime | None
+    max_attempts: int | None
+    unique_key: str | None
+    meta_json: str | None
+    concurrency_key: str | None
 
 
 @dataclass(frozen=True)

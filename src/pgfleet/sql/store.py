@@ -42,6 +42,7 @@ from pgfleet.sql.rows import (
     KeyedJob as KeyedJob,
     KeyHolder as KeyHolder,
     Lease as Lease,
+    NewJobRow as NewJobRow,
     NewJobs as NewJobs,
     ProcessRow as ProcessRow,
     QueueAge as QueueAge,
@@ -171,66 +172,36 @@ def _as_dict(row: Any) -> dict[str, Any]:
 # query names, matched by name (tests/unit/test_queries.py checks them against the server).
 
 
-def enqueue(
-    conn: Conn,
-    *,
-    task: str,
-    args_json: str,
-    queue: str | None,
-    priority: int,
-    delay: float,
-    run_at: datetime | None,
-    max_attempts: int | None,
-    unique_key: str | None,
-    meta_json: str | None = None,
-    concurrency_key: str | None = None,
-) -> Enqueued:
+def enqueue(conn: Conn, job: NewJobRow) -> Enqueued:
     """Add one job; a None queue or max_attempts takes the configured default."""
-    params = enqueue_params(
-        task=task, args_json=args_json, queue=queue, priority=priority, delay=delay,
-        run_at=run_at, max_attempts=max_attempts, unique_key=unique_key, meta_json=meta_json,
-        concurrency_key=concurrency_key)
-    if run_at is not None:
+    _, params = _enqueue_query(job)
+    if job.run_at is not None:
         return _one(conn, "enqueue_at", params, Enqueued)
     return _one(conn, "enqueue", params, Enqueued)
 
 
-def enqueue_params(
-    *,
-    task: str,
-    args_json: str,
-    queue: str | None,
-    priority: int,
-    delay: float,
-    run_at: datetime | None,
-    max_attempts: int | None,
-    unique_key: str | None,
-    meta_json: str | None = None,
-    concurrency_key: str | None = None,
-) -> dict[str, Any]:
-    """The parameters of the enqueue query, or of enqueue_at with a run_at (shared by
-    enqueue and enqueue_async)."""
+def _enqueue_query(job: NewJobRow) -> tuple[str, dict[str, Any]]:
+    """The enqueue query for one job (enqueue_at with a run_at), and its parameters."""
     params: dict[str, Any] = dict(
-        task=task, args=args_json, queue=queue, priority=priority,
-        max_attempts=max_attempts, unique_key=unique_key, meta=meta_json or "{}",
-        concurrency_key=concurrency_key,
+        task=job.task, args=job.args_json, queue=job.queue, priority=job.priority,
+        max_attempts=job.max_attempts, unique_key=job.unique_key, meta=job.meta_json or "{}",
+        concurrency_key=job.concurrency_key,
     )
-    if run_at is not None:
-        params["run_at"] = run_at
-    else:
-        params["delay"] = delay
-    return params
+    if job.run_at is not None:
+        params["run_at"] = job.run_at
+        return "enqueue_at", params
+    params["delay"] = job.delay
+    return "enqueue", params
 
 
 Inserted = enqueue_plan.Inserted
 enqueue_many_params = bulk_arrays.enqueue_many_params
 
 
-def send_enqueue_many(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> bool:
-    """Send the INSERT of `rows` (pgfleet.client.enqueue._row's tuples) on `cur`; in a
-    pipeline this returns at once. True when no row has a unique key: the result is then
-    one array of ids, else rows read with enqueue_many_result (pgfleet/client/bulk.py reads
-    both)."""
+def send_enqueue_many(cur: psycopg.Cursor[Any], rows: Sequence[NewJobRow]) -> bool:
+    """Send the INSERT of `rows` on `cur`; in a pipeline this returns at once. True when no
+    row has a unique key: the result is then one array of ids, else rows read with
+    enqueue_many_result (pgfleet/client/bulk.py reads both)."""
     bulk_arrays.register(cur.adapters)
     params = enqueue_many_params(rows)
     if params["unique_keys"] is None:
@@ -262,14 +233,13 @@ async def _fetch_async(conn: AsyncConn, name: str, params: Params, row: type[Row
     return rows
 
 
-async def enqueue_async(conn: AsyncConn, **fields: Any) -> Enqueued:
-    """store.enqueue on an AsyncConnection; the keyword arguments of enqueue_params."""
-    params = enqueue_params(**fields)
-    name = "enqueue_at" if "run_at" in params else "enqueue"
+async def enqueue_async(conn: AsyncConn, job: NewJobRow) -> Enqueued:
+    """store.enqueue on an AsyncConnection."""
+    name, params = _enqueue_query(job)
     return (await _fetch_async(conn, name, params, Enqueued))[0]
 
 
-async def _insert_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -> list[Inserted]:
+async def _insert_async(conn: AsyncConn, rows: Sequence[NewJobRow]) -> list[Inserted]:
     async with conn.cursor() as cur:
         bulk_arrays.register(cur.adapters)
         await cur.execute(_query("enqueue_many", Cardinality.MANY).sql,
@@ -281,7 +251,7 @@ async def _insert_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -> lis
     return found
 
 
-async def enqueue_many_async(conn: AsyncConn, rows: Sequence[tuple[Any, ...]]) -> list[int]:
+async def enqueue_many_async(conn: AsyncConn, rows: Sequence[NewJobRow]) -> list[int]:
     """store.enqueue_many on an AsyncConnection: the same plan of statements."""
     plan = enqueue_plan.enqueue_many(rows)
     try:
