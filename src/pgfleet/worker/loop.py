@@ -245,8 +245,9 @@ class Worker(ChildProcess):
             if self.leases.due(now):
                 self._renew()
             self.control.database_work(self.conn, now)
-            if self._should_claim(now):
-                self._claim()
+            limit = self._claim_limit(now)
+            if limit > 0:
+                self._claim(limit)
         except (psycopg.OperationalError, DatabaseUnavailable) as exc:
             self._connection_lost(exc)
             return
@@ -292,25 +293,31 @@ class Worker(ChildProcess):
                               first_line(exc, self.s.dsn), delay)
         self._drop_connection()
 
-    def _should_claim(self, now: float) -> bool:
-        if self.stop_mode or self.recycle_reason or self._free_slots() <= 0:
-            return False
-        return self._claim_wanted(now)
+    def _claim_limit(self, now: float, freeing: int = 0) -> int:
+        """How many jobs to claim now; 0: no claim. The one rule for a claim alone and for
+        one joined to a flush, whose `freeing` outcomes each give a slot back.
 
-    def _claim_wanted(self, now: float) -> bool:
-        return (self.claim_due or now >= self.next_poll
-                or (self.notified and now >= self.next_notified_claim))
-
-    def _free_slots(self) -> int:
+        No claim while stopping or recycling, nor with a timed-out job's outcome (the
+        abandon path flushes it just before the process exits), nor once the outcomes
+        bring the worker to max_jobs. Otherwise a claim is due (a poll, a notification,
+        a reconnect); under flow control also whenever outcomes free slots of the limit
+        this worker held, or a full queue would idle until the next poll."""
+        if self.stop_mode or self.recycle_reason or self.completer.any_timed_out():
+            return 0
+        wanted = (self.claim_due or now >= self.next_poll
+                  or (self.notified and now >= self.next_notified_claim))
+        if not wanted and not (freeing and self.s.flow is not None):
+            return 0
         # Under flow control a prefetched job would hold a slot of the limit idle.
         room = self.s.threads if self.claims.limited else self.batching.capacity()
         if self.job_limit is not None:  # a recycling worker takes no job past max_jobs
+            if self.completer.jobs_done + freeing >= self.job_limit:
+                return 0
             room = min(room, self.job_limit - self.completer.jobs_done)
-        return room - len(self.running)
+        return max(0, room - (len(self.running) - freeing))
 
-    def _claim(self) -> None:
+    def _claim(self, limit: int) -> None:
         assert self.conn is not None
-        limit = self._free_slots()
         start = time.monotonic()
         after = self.batching.cursor.start(start, self.notified)
         self.notified = False  # before the claim: one arriving during it asks for another
@@ -320,10 +327,8 @@ class Worker(ChildProcess):
         _hand_out(self, jobs, limit)
 
     def _flush(self) -> None:
-        """Commit the collected outcomes. The claim joins their transaction when the loop
-        would claim right after; not while stopping or recycling, not for a batch with a
-        timed-out job (the abandon path flushes one just before the process exits), nor
-        when the batch brings the worker to max_jobs."""
+        """Commit the collected outcomes; the claim joins their transaction when
+        _claim_limit allows one (one commit, one WAL flush, for both)."""
         pending = len(self.completer.pending)
         if not pending or self.conn is None:
             return
@@ -334,16 +339,8 @@ class Worker(ChildProcess):
                                             since=self.completer.since, now=start)):
             return
         _write_last_progress(self, self.conn)
-        limit = self._free_slots() + pending  # every outcome of the batch frees a slot
-        done = self.completer.jobs_done
-        # Under flow control each outcome frees a slot of the limit this worker held: it is
-        # claimed again at once, not at the next poll, or a full queue would idle.
-        claim = (
-            limit > 0 and self.stop_mode is None and not self.recycle_reason
-            and (self.s.flow is not None or self._claim_wanted(time.monotonic()))
-            and not self.completer.any_timed_out()
-            and (self.job_limit is None or done + pending < self.job_limit)
-        )
+        limit = self._claim_limit(time.monotonic(), freeing=pending)
+        claim = limit > 0
         after = None
         if claim:
             after = self.batching.cursor.start(start, self.notified)
