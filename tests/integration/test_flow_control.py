@@ -15,6 +15,7 @@ import pytest
 import pgfleet
 from pgfleet.core.flow import FlowLimits, Rate
 from pgfleet.sql import fleet as fleet_store, rescue as rescue_store, store
+from tests.support.flow import claim_limited
 from tests.support.rescue import rescue_all
 from tests.support.workers import scalar, wait_for
 
@@ -23,7 +24,7 @@ Q = "limited"
 
 def claim(conn: psycopg.Connection[Any], worker: str, limits: FlowLimits,
           limit: int = 10) -> list[int]:
-    jobs = store.claim_limited(conn, queue=Q, limit=limit, worker=worker, lease=30,
+    jobs = claim_limited(conn, queue=Q, limit=limit, worker=worker, lease=30,
                                limits=limits)
     return sorted(job.id for job in jobs)
 

@@ -43,6 +43,14 @@ def publish_limits(conn: Conn, *, published_by: str,
     })
 
 
+def publish_fallback_limits(conn: Conn, *, queue: str, published_by: str,
+                            limits: FlowLimits) -> None:
+    """A worker's own flow control for `queue`, kept only while no supervisor published
+    the queue's (the claim reads whichever row is there)."""
+    _exec(conn, "publish_fallback_limits",
+          {"queue": queue, "published_by": published_by, **limits.params()})
+
+
 def queue_has_limits(conn: Conn, queue: str) -> bool:
     return bool(_scalar(conn, "queue_has_limits", {"queue": queue}))
 

@@ -93,26 +93,14 @@ SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
                           %(after_run_at)s::timestamptz, %(after_id)s::bigint,
                           %(max_bytes)s::bigint) AS c
 
--- name: claim_limited :many
--- The claim of a queue with flow control (docs/flow-control.md): the same rows as claim,
--- within the queue's published global concurrency, rate and per-key limits, serialised
--- per queue by the lock on its queue_limits row (migrations 0014, 0016, 0020). A separate
--- query so the plain claim above stays as it is for every queue without limits.
--- The columns the function does not return are read by primary key, `id = ANY(...)` of
--- the claimed ids: joined with the function's rows (estimated at 1,000) this was planned as
--- a hash join over a sequential scan of jobs, every row of the table and its history read
--- by every limited claim while it held the queue's lock (10-20 ms in a drain of 10,000).
-WITH c AS MATERIALIZED (
-    SELECT * FROM pgfleet.claim_limited(%(queue)s::text, %(worker)s::text, %(limit)s::int,
-                                        %(lease)s::float8, %(args_limit)s::int,
-                                        %(global_concurrency)s::int, %(rate_limit)s::int,
-                                        %(rate_period)s::float8, %(key_concurrency)s::int)
-)
-SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size, c.wait_seconds,
-       j.solo, j.priority, greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
-       nullif(j.meta, '{}'::jsonb)::text AS meta, false AS more
-  FROM c JOIN pgfleet.jobs j ON j.id = c.id
- WHERE j.id = ANY (ARRAY(SELECT c.id FROM c))
+-- name: publish_fallback_limits :exec
+-- A worker's own flow control, for a queue no supervisor published limits for: the claim
+-- follows it until one does (a published row is never overwritten here).
+INSERT INTO pgfleet.queue_limits AS l (queue, global_concurrency, rate_limit, rate_period,
+                                       key_concurrency, published_by)
+VALUES (%(queue)s, %(global_concurrency)s, %(rate_limit)s, %(rate_period)s,
+        coalesce(%(key_concurrency)s::int, 1), %(published_by)s)
+ON CONFLICT DO NOTHING
 
 -- name: queue_has_limits :scalar
 -- Whether a supervisor published flow control for the queue (pgfleet.worker.claims).

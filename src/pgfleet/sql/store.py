@@ -16,7 +16,6 @@ import psycopg
 from psycopg.rows import BaseRowFactory, RowMaker, class_row
 
 from pgfleet.core import payload
-from pgfleet.core.flow import FlowLimits
 from pgfleet.errors import PayloadError
 from pgfleet.sql import arrays as bulk_arrays, bulk_plan as enqueue_plan
 from pgfleet.sql.queries import Cardinality, CardinalityError, Query, catalogue
@@ -271,7 +270,8 @@ def claim(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
           args_limit: int = payload.MAX_ARGS_BYTES, held: int | None = None,
           held_solo: bool | None = None, after: ClaimKey | None = None,
           max_bytes: int | None = None) -> list[ClaimedJob]:
-    """Claim up to `limit` due jobs, in claim order past `after` (None: from the head).
+    """Claim up to `limit` due jobs, in claim order past `after` (None: from the head),
+    within the queue's flow control when it has published limits.
     `held` / `held_solo`: how many jobs the worker runs and whether one of them is solo;
     None counts the worker's running rows instead. `max_bytes`: stop once the args of
     the jobs taken reach it (the first is always taken; None: no bound)."""
@@ -347,17 +347,6 @@ def _claimed(row: DoneOrClaimed) -> ClaimedJob:
     return ClaimedJob(row.id, row.task, row.args, row.attempt, row.max_attempts,
                       row.args_size, row.wait_seconds or 0.0, bool(row.solo), row.priority,
                       row.run_at, row.meta, bool(row.more))
-
-
-def claim_limited(conn: Conn, *, queue: str, limit: int, worker: str, lease: float,
-                  limits: FlowLimits, args_limit: int = payload.MAX_ARGS_BYTES
-                  ) -> list[ClaimedJob]:
-    """The claim of a queue with flow control; `limits` (the worker's config) apply only
-    until a supervisor has published the queue's."""
-    return in_claim_order(_many(conn, "claim_limited",
-                                {"queue": queue, "limit": limit, "worker": worker,
-                                 "lease": lease, "args_limit": args_limit, **limits.params()},
-                                ClaimedJob))
 
 
 def complete_succeeded(

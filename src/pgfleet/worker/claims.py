@@ -1,10 +1,10 @@
-"""Which claim a worker runs: the plain one, or for a queue with flow control the limited
-one (docs/flow-control.md). The plain claim stays untouched by flow control, so queues
-without limits pay nothing for it.
+"""A worker's claim, and what it knows of its queue's flow control (docs/flow-control.md).
 
-The database decides whether a queue has limits: a worker whose own config sets none
-(a lone `pgfleet worker`, or a host whose file says nothing of them) still follows the
-limits a supervisor published for its queue, looking again every LIMITS_REFRESH seconds."""
+The claim is one statement whatever the queue's limits: pgfleet.claim_jobs reads them
+from pgfleet.queue_limits at every claim, so a limit published or lifted anywhere binds at
+once. A worker with limits of its own publishes them for its queue on each connection,
+kept only while no supervisor has published the queue's. What the worker itself needs to
+know (a limited queue takes no jobs ahead) it reads every LIMITS_REFRESH seconds."""
 
 from __future__ import annotations
 
@@ -59,17 +59,21 @@ class Claims:
                      else "no flow control published any more: plain claims")
         self.flow = FlowLimits() if published else None
 
+    def connected(self, conn: psycopg.Connection[Any]) -> None:
+        """A new connection: publish this worker's own limits if no one published any."""
+        if self.s.flow is not None:
+            fleet_store.publish_fallback_limits(conn, queue=self.s.queue,
+                                                published_by=self.s.worker_id,
+                                                limits=self.s.flow)
+
     def __call__(self, conn: psycopg.Connection[Any], limit: int, *, held: int,
                  held_solo: bool, after: store.ClaimKey | None) -> list[store.ClaimedJob]:
         """Claim up to `limit` jobs in the caller's transaction. `held`, `held_solo`: what
-        this process keeps running (crash containment); `after`: where the plain claim
-        starts in the claim order (pgfleet.worker.claim_cursor)."""
+        this process keeps running (crash containment); `after`: where the claim starts
+        in the claim order (pgfleet.worker.claim_cursor)."""
         self.sent = True
         self.refresh(conn)
         s = self.s
-        if self.flow is None:
-            return store.claim(conn, queue=s.queue, limit=limit, worker=s.worker_id,
-                               lease=s.lease, args_limit=s.args_limit, held=held,
-                               held_solo=held_solo, after=after, max_bytes=self.max_bytes)
-        return store.claim_limited(conn, queue=s.queue, limit=limit, worker=s.worker_id,
-                                   lease=s.lease, limits=self.flow, args_limit=s.args_limit)
+        return store.claim(conn, queue=s.queue, limit=limit, worker=s.worker_id,
+                           lease=s.lease, args_limit=s.args_limit, held=held,
+                           held_solo=held_solo, after=after, max_bytes=self.max_bytes)

@@ -166,7 +166,7 @@ class Completer:
         """The batch's completions and the next claim, committed together."""
         held, held_solo = self.held_besides(batch)
         self.claims.refresh(conn)
-        if not self.claims.limited and all(ended(o) == "succeeded" for o in batch):
+        if all(ended(o) == "succeeded" for o in batch):
             # The common batch: one statement, one round trip, one commit.
             done, claimed = store.complete_and_claim(
                 conn, queue=self.queue, done=[(o.running.job.id, o.running.job.attempt)

@@ -276,6 +276,7 @@ class Worker(ChildProcess):
             self.conn, id=self.s.worker_id, host=socket.gethostname(), pid=os.getpid(),
             kind="worker", queue=self.s.queue, supervisor=self.s.supervisor_id,
         )
+        self.claims.connected(self.conn)
         self.claim_due = True  # a reconnect may have missed notifications: poll at once
         self.events.connects += 1
         self.executor.gate.set()

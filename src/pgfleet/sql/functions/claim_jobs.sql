@@ -24,30 +24,83 @@ SET enable_sort = off
 SET jit = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    q            text := claim_jobs.queue;
+    n            integer := claim_jobs.max_jobs;
+    lim          pgfleet.queue_limits;
+    limited      boolean := false;
+    k_limit      integer;
+    used         bigint;
+    started      timestamptz := now();
+    running_keys text[] := '{}';
+    key_running  integer[] := '{}';
+    full_keys    text[] := '{}';
 BEGIN
-    -- The walk, the solo rules and the lease are 0018's; `fits` is new.
+    -- Flow control, when the queue has published limits: the claim takes the queue's lock
+    -- (its queue_limits row), so the claims of one queue count running jobs and recent
+    -- starts one after another, and takes no more than the limits leave.
+    SELECT * INTO lim FROM pgfleet.queue_limits l WHERE l.queue = q;
+    limited := FOUND AND (lim.global_concurrency IS NOT NULL OR lim.rate_limit IS NOT NULL
+                          OR lim.key_concurrency IS NOT NULL);
+    IF limited THEN
+        -- The counts below need a fresh snapshot per statement.
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'a claim of a queue with flow control needs READ COMMITTED, not %',
+                current_setting('transaction_isolation') USING ERRCODE = '25000';
+        END IF;
+        SELECT * INTO lim FROM pgfleet.queue_limits l WHERE l.queue = q FOR UPDATE;
+        k_limit := coalesce(lim.key_concurrency, 1);
+        IF lim.global_concurrency IS NOT NULL THEN
+            SELECT count(*) INTO used FROM pgfleet.jobs j
+             WHERE j.queue = q AND j.state = 'running';
+            n := least(n, lim.global_concurrency - used);
+        END IF;
+        -- Read after the lock: the starts of one queue are recorded in the order the
+        -- claims held it, so the window holds every earlier start.
+        started := clock_timestamp();
+        IF lim.rate_limit IS NOT NULL THEN
+            DELETE FROM pgfleet.queue_starts s
+             WHERE s.queue = q AND s.at <= started - make_interval(secs => lim.rate_period);
+            SELECT coalesce(sum(s.jobs), 0) INTO used FROM pgfleet.queue_starts s
+             WHERE s.queue = q AND s.at > started - make_interval(secs => lim.rate_period);
+            n := least(n, lim.rate_limit - used);
+        END IF;
+        IF n <= 0 THEN
+            RETURN;
+        END IF;
+        -- Each key's running jobs, counted once: the rows of a key at its limit are then
+        -- passed over at the cost of an array test, however many wait ahead.
+        SELECT coalesce(array_agg(r.k), '{}'), coalesce(array_agg(r.n), '{}'),
+               coalesce(array_agg(r.k) FILTER (WHERE r.n >= k_limit), '{}')
+          INTO running_keys, key_running, full_keys
+          FROM (SELECT j.concurrency_key AS k, count(*)::integer AS n FROM pgfleet.jobs j
+                 WHERE j.queue = q AND j.state = 'running' AND j.concurrency_key IS NOT NULL
+                 GROUP BY 1) r;
+    END IF;
     RETURN QUERY
     WITH RECURSIVE mine AS MATERIALIZED (
+        -- What this worker runs, when it did not say (crash containment).
         SELECT count(*) AS jobs, coalesce(bool_or(h.solo), false) AS solo
           FROM pgfleet.jobs h
          WHERE h.lease_holder = claim_jobs.worker AND h.state = 'running'
     ), start (priority, run_at, id) AS (
+        -- Past the worker's claim cursor, or from the head of the queue.
         SELECT claim_jobs.after_priority, claim_jobs.after_run_at, claim_jobs.after_id + 1
          WHERE claim_jobs.after_id IS NOT NULL
         UNION ALL
         (SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-          WHERE f.queue = claim_jobs.queue AND f.state = 'queued'
-            AND claim_jobs.after_id IS NULL
+          WHERE f.queue = q AND f.state = 'queued' AND claim_jobs.after_id IS NULL
           ORDER BY f.priority, f.run_at, f.id LIMIT 1)
     ), prio (priority, run_at, id) AS (
+        -- One priority at a time, one index probe each: a priority's rows are read only up
+        -- to now(), so jobs scheduled for later are never walked.
         SELECT s.priority, s.run_at, s.id FROM start s
         UNION ALL
-        SELECT n.priority, n.run_at, n.id
+        SELECT x.priority, x.run_at, x.id
           FROM prio p CROSS JOIN LATERAL (
                SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-                WHERE f.queue = claim_jobs.queue AND f.state = 'queued'
-                  AND f.priority > p.priority
-                ORDER BY f.priority, f.run_at, f.id LIMIT 1) n
+                WHERE f.queue = q AND f.state = 'queued' AND f.priority > p.priority
+                ORDER BY f.priority, f.run_at, f.id LIMIT 1) x
     ), c AS MATERIALIZED (
         SELECT d.id, d.solo, d.bytes
           FROM prio p CROSS JOIN LATERAL (
@@ -57,49 +110,62 @@ BEGIN
                            THEN pg_column_size(j.args)
                            ELSE octet_length(j.args::text) END AS bytes
                  FROM pgfleet.jobs j
-                WHERE j.queue = claim_jobs.queue AND j.state = 'queued'
+                WHERE j.queue = q AND j.state = 'queued'
                   AND j.priority = p.priority
                   AND (j.run_at, j.id) >= (p.run_at, p.id) AND j.run_at <= now()
+                  -- Per-key limits: a row whose key would go over its limit, counting the
+                  -- key's running jobs and its rows ahead in this claim, waits.
+                  AND (k_limit IS NULL OR j.concurrency_key IS NULL
+                       OR (NOT j.concurrency_key = ANY (full_keys)
+                           AND coalesce(key_running[array_position(running_keys,
+                                                                   j.concurrency_key)], 0)
+                               + (SELECT count(*) FROM (
+                                      SELECT 1 FROM pgfleet.jobs e
+                                       WHERE e.queue = q
+                                         AND e.concurrency_key = j.concurrency_key
+                                         AND e.state = 'queued' AND e.run_at <= now()
+                                         AND (e.priority, e.run_at, e.id)
+                                             < (j.priority, j.run_at, j.id)
+                                       LIMIT k_limit) ahead)
+                               < k_limit))
                 ORDER BY j.run_at, j.id
-                LIMIT claim_jobs.max_jobs
-                  FOR UPDATE SKIP LOCKED) d
-         WHERE NOT EXISTS (SELECT 1 FROM pgfleet.queues q
-                            WHERE q.name = claim_jobs.queue AND q.paused)
+                LIMIT n
+                  FOR UPDATE OF j SKIP LOCKED) d
+         WHERE NOT EXISTS (SELECT 1 FROM pgfleet.queues z WHERE z.name = q AND z.paused)
            AND NOT coalesce(claim_jobs.held_solo, (SELECT m.solo FROM mine m))
-         LIMIT claim_jobs.max_jobs
+         LIMIT n
     ), fits AS MATERIALIZED (
-        -- Each row with the args of the rows before it. c holds its rows in claim order
-        -- (the walk's nested loop over priorities, each an index scan in run_at, id
-        -- order; the plan is pinned), so the frame follows c's order and needs no sort.
-        -- Were it ever another order, the rows left out would wait for the next claim
-        -- from the head, as any row behind the cursor does.
+        -- The byte budget: each row with the args of the rows before it, in c's order,
+        -- which is claim order (the plan is pinned), so the frame needs no sort.
         SELECT w.id, w.solo FROM (
                SELECT c.id, c.solo,
                       sum(c.bytes) OVER (ROWS UNBOUNDED PRECEDING) - c.bytes AS before
                  FROM c) w
          WHERE claim_jobs.max_bytes IS NULL OR w.before < claim_jobs.max_bytes
     ), picked AS MATERIALIZED (
+        -- A solo job goes alone, and only to a worker running nothing.
         SELECT f.id FROM fits f
          WHERE NOT EXISTS (SELECT 1 FROM fits s WHERE s.solo)
             OR (f.id = (SELECT s.id FROM fits s WHERE s.solo LIMIT 1)
                 AND coalesce(claim_jobs.held, (SELECT m.jobs FROM mine m)) = 0)
     ), leased AS (
+        -- By id = ANY(...), not a join, so the plan is an index probe per row.
         UPDATE pgfleet.jobs j
-           SET state = 'running', attempt = least(j.attempt, 999999) + 1,  -- bound: 0022
+           SET state = 'running', attempt = least(j.attempt, 999999) + 1,
                lease_holder = claim_jobs.worker,
                lease_expires_at = now() + make_interval(secs => claim_jobs.lease),
-               started_at = now()
+               started_at = started
          WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
         RETURNING j.id, j.task, j.args::text AS args, j.attempt, j.max_attempts,
                   CASE WHEN isfinite(j.run_at)
                        THEN extract(epoch FROM now() - j.run_at)::float8 ELSE 0 END AS waited,
                   j.solo, j.priority,
-                  -- The claim cursor's key; a legacy run_at before 1970 ('-infinity', BC)
-                  -- is not a Python datetime, and any early time keys the cursor alike.
+                  -- The claim cursor's key; any run_at before 1970 keys it alike, and
+                  -- '-infinity' is no Python datetime.
                   greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
                   nullif(j.meta, '{}'::jsonb)::text AS meta
     )
-    -- Args turned into text once (0018 did it three times a row: 8 ms each for 1 MB).
+    -- Args are turned into text once, and sent only within args_limit.
     SELECT l.id, l.task,
            CASE WHEN octet_length(l.args) <= claim_jobs.args_limit THEN l.args END,
            l.attempt, l.max_attempts, octet_length(l.args), l.waited, l.solo, l.priority,
@@ -107,10 +173,18 @@ BEGIN
            -- Due rows left behind by the budget: the worker claims again soon.
            (SELECT count(*) FROM fits) < (SELECT count(*) FROM c)
       FROM leased l;
+    IF limited AND lim.rate_limit IS NOT NULL THEN
+        -- A rate-limited queue's starts, read back by the next claims' window.
+        GET DIAGNOSTICS used = ROW_COUNT;
+        IF used > 0 THEN
+            INSERT INTO pgfleet.queue_starts (queue, at, jobs) VALUES (q, started, used);
+        END IF;
+    END IF;
 END;
 $$;
 
--- 0018's signatures: the same claim with no budget (a previous version's workers).
+-- The previous release's signature, without the byte budget: its workers still call it
+-- while a fleet upgrades.
 CREATE OR REPLACE FUNCTION pgfleet.claim_jobs(
     queue text, max_jobs integer, worker text, lease float8, args_limit integer, held bigint,
     held_solo boolean, after_priority integer, after_run_at timestamptz, after_id bigint

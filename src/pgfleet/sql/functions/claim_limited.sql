@@ -1,3 +1,5 @@
+-- The previous release's claim of a queue with flow control: its workers still call it
+-- while a fleet upgrades. pgfleet.claim_jobs now holds the one claim, limits included.
 CREATE OR REPLACE FUNCTION pgfleet.claim_limited(
     queue                       text,
     worker                      text,
@@ -12,150 +14,22 @@ CREATE OR REPLACE FUNCTION pgfleet.claim_limited(
                  args_size integer, wait_seconds float8)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_bitmapscan = off
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-SET enable_sort = off
-SET jit = off
 AS $$
 #variable_conflict use_column
-DECLARE
-    q       text := claim_limited.queue;
-    lim     pgfleet.queue_limits;
-    n       integer := claim_limited.max_jobs;
-    used    bigint;
-    held    bigint;
-    holds_solo boolean;
-    started timestamptz;
-    k_limit integer;
-    running_keys text[];
-    key_running  integer[];
-    full_keys    text[];
 BEGIN
-    -- The counts below rely on a fresh snapshot per statement; under a stronger isolation
-    -- level they would miss the claims committed while this one waited for the lock.
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'pgfleet.claim_limited needs READ COMMITTED, not %',
-            current_setting('transaction_isolation') USING ERRCODE = '25000';
-    END IF;
-    SELECT * INTO lim FROM pgfleet.queue_limits l WHERE l.queue = q FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO pgfleet.queue_limits AS l (queue, global_concurrency, rate_limit,
-                                               rate_period, key_concurrency, published_by)
-        VALUES (q, fallback_global_concurrency, fallback_rate_limit, fallback_rate_period,
-                coalesce(fallback_key_concurrency, 1), claim_limited.worker)
-        ON CONFLICT DO NOTHING;
-        SELECT * INTO lim FROM pgfleet.queue_limits l WHERE l.queue = q FOR UPDATE;
-    END IF;
-    k_limit := coalesce(lim.key_concurrency, 1);
-    -- From here on every statement takes a new snapshot (READ COMMITTED, a volatile
-    -- function), so it sees everything the previous holder of the lock committed.
-    IF EXISTS (SELECT 1 FROM pgfleet.queues p WHERE p.name = q AND p.paused) THEN
-        RETURN;
-    END IF;
-    SELECT count(*), coalesce(bool_or(j.solo), false) INTO held, holds_solo
-      FROM pgfleet.jobs j
-     WHERE j.lease_holder = claim_limited.worker AND j.state = 'running'::pgfleet.job_state;
-    IF holds_solo THEN
-        RETURN;
-    END IF;
-    IF lim.global_concurrency IS NOT NULL THEN
-        SELECT count(*) INTO used FROM pgfleet.jobs j
-         WHERE j.queue = q AND j.state = 'running'::pgfleet.job_state;
-        n := least(n, lim.global_concurrency - used);
-    END IF;
-    -- The start time is read after the lock: the starts of one queue are recorded in the
-    -- order the claims held it, so the window below holds every earlier start.
-    started := clock_timestamp();
-    IF lim.rate_limit IS NOT NULL THEN
-        DELETE FROM pgfleet.queue_starts s
-         WHERE s.queue = q AND s.at <= started - make_interval(secs => lim.rate_period);
-        SELECT coalesce(sum(s.jobs), 0) INTO used FROM pgfleet.queue_starts s
-         WHERE s.queue = q AND s.at > started - make_interval(secs => lim.rate_period);
-        n := least(n, lim.rate_limit - used);
-    END IF;
-    IF n <= 0 THEN
-        RETURN;
-    END IF;
-    -- The running jobs of each key, counted once: the jobs of a key at its limit are then
-    -- passed over at the cost of an array test, however many of them wait ahead.
-    SELECT coalesce(array_agg(r.k), '{}'), coalesce(array_agg(r.n), '{}'),
-           coalesce(array_agg(r.k) FILTER (WHERE r.n >= k_limit), '{}')
-      INTO running_keys, key_running, full_keys
-      FROM (SELECT j.concurrency_key AS k, count(*)::integer AS n FROM pgfleet.jobs j
-             WHERE j.queue = q AND j.state = 'running'::pgfleet.job_state
-               AND j.concurrency_key IS NOT NULL
-             GROUP BY 1) r;
+    -- The worker's own limits hold until a supervisor publishes the queue's.
+    INSERT INTO pgfleet.queue_limits AS l (queue, global_concurrency, rate_limit,
+                                           rate_period, key_concurrency, published_by)
+    VALUES (claim_limited.queue, fallback_global_concurrency, fallback_rate_limit,
+            fallback_rate_period, coalesce(fallback_key_concurrency, 1), claim_limited.worker)
+    ON CONFLICT DO NOTHING;
     RETURN QUERY
-    WITH RECURSIVE prio (priority, run_at, id) AS (
-        -- The priorities holding queued rows, due or not, each with its first queued key,
-        -- one index probe each, pulled only while c still wants rows.
-        (SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-          WHERE f.queue = q AND f.state = 'queued'::pgfleet.job_state
-          ORDER BY f.priority, f.run_at, f.id LIMIT 1)
-        UNION ALL
-        SELECT nx.priority, nx.run_at, nx.id
-          FROM prio p CROSS JOIN LATERAL (
-               SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-                WHERE f.queue = q AND f.state = 'queued'::pgfleet.job_state
-                  AND f.priority > p.priority
-                ORDER BY f.priority, f.run_at, f.id LIMIT 1) nx
-    ), c AS MATERIALIZED (
-        -- Per priority, its due rows from its first key up to now(): the rows scheduled
-        -- for later behind them are not read.
-        SELECT d.id, d.solo, d.priority, d.run_at FROM prio p CROSS JOIN LATERAL (
-               SELECT j.id, j.solo, j.priority, j.run_at FROM pgfleet.jobs j
-                WHERE j.queue = q AND j.state = 'queued'::pgfleet.job_state
-                  AND j.priority = p.priority AND (j.run_at, j.id) >= (p.run_at, p.id)
-                  AND j.run_at <= now()
-                  AND (j.concurrency_key IS NULL
-                       OR (NOT j.concurrency_key = ANY(full_keys)
-                           AND coalesce(key_running[array_position(running_keys,
-                                                                   j.concurrency_key)], 0)
-                        + (SELECT count(*) FROM (
-                               SELECT 1 FROM pgfleet.jobs e
-                                WHERE e.queue = q AND e.concurrency_key = j.concurrency_key
-                                  AND e.state = 'queued'::pgfleet.job_state AND e.run_at <= now()
-                                  AND (e.priority, e.run_at, e.id) < (j.priority, j.run_at, j.id)
-                                LIMIT k_limit) ahead)
-                        < k_limit))
-                ORDER BY j.run_at, j.id
-                LIMIT n
-                  FOR UPDATE OF j SKIP LOCKED) d
-         LIMIT n
-    ), picked AS MATERIALIZED (
-        -- A solo job among the rows goes alone, and only to a worker running nothing.
-        SELECT c.id FROM c
-         WHERE NOT EXISTS (SELECT 1 FROM c s WHERE s.solo)
-            OR (c.id = (SELECT s.id FROM c s WHERE s.solo
-                         ORDER BY s.priority, s.run_at, s.id LIMIT 1)
-                AND held = 0)
-    ), u AS (
-        -- By id = ANY(...), not by a join: see the head of this file.
-        UPDATE pgfleet.jobs j
-           SET state = 'running'::pgfleet.job_state,
-               attempt = least(j.attempt, 999999) + 1,  -- bound: 0022
-               lease_holder = claim_limited.worker,
-               lease_expires_at = now() + make_interval(secs => claim_limited.lease),
-               started_at = started
-         WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
-        RETURNING j.id, j.task,
-                  CASE WHEN octet_length(j.args::text) <= claim_limited.args_limit
-                       THEN j.args::text END AS args,
-                  j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
-                  -- A row written before 0009 may hold an infinite run_at, which cannot
-                  -- be subtracted.
-                  CASE WHEN isfinite(j.run_at) THEN extract(epoch FROM now() - j.run_at)::float8
-                       ELSE 0 END AS wait_seconds
-    ), ledger AS (
-        INSERT INTO pgfleet.queue_starts (queue, at, jobs)
-        SELECT q, started, count(*) FROM u
-        HAVING count(*) > 0 AND lim.rate_limit IS NOT NULL
-    )
-    SELECT u.id, u.task, u.args, u.attempt, u.max_attempts, u.args_size, u.wait_seconds
-      FROM u;
+    SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size, c.wait_seconds
+      FROM pgfleet.claim_jobs(claim_limited.queue, claim_limited.max_jobs,
+                              claim_limited.worker, claim_limited.lease,
+                              claim_limited.args_limit, NULL::bigint, NULL::boolean,
+                              NULL::integer, NULL::timestamptz, NULL::bigint,
+                              NULL::bigint) AS c;
 END;
 $$;
 
