@@ -1,3 +1,33 @@
+-- The claim (queries.sql: claim, complete_and_claim): lock due rows of one queue in claim
+-- order, skipping rows another worker holds, and lease them, in one statement. A paused
+-- queue yields none.
+-- The plan: the SET lines pin one generic plan per session of index scans and nested loops
+-- only, the plan a claim of a few hundred rows wants at any table size, neither made anew
+-- on each claim nor fitted to the table as it was when first planned. The lease UPDATE
+-- finds its rows by `id = ANY(...)`, a primary-key probe per claimed row, not by a join.
+-- JIT is off: a disabled path counts 1e10 in the cost, which must never turn JIT on.
+-- The walk: due and future rows share jobs_claim_idx (queue, priority, run_at, id), so the
+-- claim walks it one priority at a time and reads each priority's rows only up to now():
+-- a plain ORDER BY priority, run_at, id LIMIT n scan that finds fewer than n due rows
+-- reads every future row of the priority before it can stop. The cost is one index probe
+-- per priority visited, plus one when the claim comes short.
+-- Solo: a solo job goes only to a worker that holds nothing, alone; a worker holding one
+-- claims nothing more. A solo job among the locked rows stops a busy worker's claim, so
+-- the worker drains and takes it next.
+-- after_*: the claim key (priority, run_at, id) to start past, the last row of the
+-- worker's previous full claim (NULL: from the head). Every claimed row leaves a dead
+-- entry at the head of jobs_claim_idx that nothing removes during a drain, and a claim
+-- from the head steps over all of them. The worker goes back to the head when a claim
+-- comes back short, on a notification and once per poll interval (pgfleet.worker.claim_cursor).
+-- held / held_solo: what the worker holds (it knows the jobs running in its process, which
+-- is what containment is about); NULL counts its running rows instead, a scan of every
+-- running row that a worker claiming thousands of times a second should not pay.
+-- args_limit: args travel as text, and only within the limit: the worker decodes each
+-- job's args in its executor thread, so a hostile row fails that job alone and is never
+-- loaded into the worker's memory. meta is NULL when empty (the common case); it carries
+-- the trace context of pgfleet.otel for middleware.
+-- max_bytes: the args the claim may take, the rows before each row counted (NULL: no
+-- budget); `more` says it left due rows behind for it.
 CREATE OR REPLACE FUNCTION pgfleet.claim_jobs(
     queue          text,
     max_jobs       integer,
@@ -25,7 +55,7 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 BEGIN
-    -- The walk, the solo rules and the lease are 0018's; `fits` is new.
+    -- The walk, the solo rules, the budget and the lease: see the head of this file.
     RETURN QUERY
     WITH RECURSIVE mine AS MATERIALIZED (
         SELECT count(*) AS jobs, coalesce(bool_or(h.solo), false) AS solo
@@ -85,7 +115,7 @@ BEGIN
                 AND coalesce(claim_jobs.held, (SELECT m.jobs FROM mine m)) = 0)
     ), leased AS (
         UPDATE pgfleet.jobs j
-           SET state = 'running', attempt = least(j.attempt, 999999) + 1,  -- bound: 0022
+           SET state = 'running', attempt = least(j.attempt, 999999) + 1,  -- jobs_attempt_bound
                lease_holder = claim_jobs.worker,
                lease_expires_at = now() + make_interval(secs => claim_jobs.lease),
                started_at = now()
@@ -99,7 +129,7 @@ BEGIN
                   greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
                   nullif(j.meta, '{}'::jsonb)::text AS meta
     )
-    -- Args turned into text once (0018 did it three times a row: 8 ms each for 1 MB).
+    -- Args become text once, in leased: the cast costs time in proportion to their size.
     SELECT l.id, l.task,
            CASE WHEN octet_length(l.args) <= claim_jobs.args_limit THEN l.args END,
            l.attempt, l.max_attempts, octet_length(l.args), l.waited, l.solo, l.priority,
@@ -110,7 +140,8 @@ BEGIN
 END;
 $$;
 
--- 0018's signatures: the same claim with no budget (a previous version's workers).
+-- The signature without max_bytes: the same claim with no budget, for workers of a previous
+-- version during an upgrade.
 CREATE OR REPLACE FUNCTION pgfleet.claim_jobs(
     queue text, max_jobs integer, worker text, lease float8, args_limit integer, held bigint,
     held_solo boolean, after_priority integer, after_run_at timestamptz, after_id bigint

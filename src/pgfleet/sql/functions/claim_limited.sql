@@ -1,3 +1,9 @@
+-- The claim of a queue with flow control (queries.sql: claim_limited): claim_jobs's walk
+-- and solo rules within the queue's published global concurrency, rate and per-key limits.
+-- Claims of one queue run one at a time under the lock on its queue_limits row, taken
+-- first; the counts after it see every claim committed before. The plan is pinned as
+-- claim_jobs's is (see functions/claim_jobs.sql): every moment of this claim is one no
+-- other worker of the queue can claim in.
 CREATE OR REPLACE FUNCTION pgfleet.claim_limited(
     queue                       text,
     worker                      text,
@@ -133,10 +139,10 @@ BEGIN
                          ORDER BY s.priority, s.run_at, s.id LIMIT 1)
                 AND held = 0)
     ), u AS (
-        -- By id = ANY(...), not by a join: see the head of this file.
+        -- By id = ANY(...), not by a join: see the head of functions/claim_jobs.sql.
         UPDATE pgfleet.jobs j
            SET state = 'running'::pgfleet.job_state,
-               attempt = least(j.attempt, 999999) + 1,  -- bound: 0022
+               attempt = least(j.attempt, 999999) + 1,  -- jobs_attempt_bound
                lease_holder = claim_limited.worker,
                lease_expires_at = now() + make_interval(secs => claim_limited.lease),
                started_at = started
@@ -145,8 +151,8 @@ BEGIN
                   CASE WHEN octet_length(j.args::text) <= claim_limited.args_limit
                        THEN j.args::text END AS args,
                   j.attempt, j.max_attempts, octet_length(j.args::text) AS args_size,
-                  -- A row written before 0009 may hold an infinite run_at, which cannot
-                  -- be subtracted.
+                  -- jobs_run_at_limits refuses an infinite run_at only when it is
+                  -- written, so a row may still hold one, which cannot be subtracted.
                   CASE WHEN isfinite(j.run_at) THEN extract(epoch FROM now() - j.run_at)::float8
                        ELSE 0 END AS wait_seconds
     ), ledger AS (
