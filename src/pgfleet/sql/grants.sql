@@ -1,7 +1,7 @@
 -- The least-privilege grants `pgfleet grants` prints or applies, as the owner of the
--- pgfleet schema (the ALTER ROLE behind a pooler needs CREATEROLE or a superuser). {db}, {runtime} and
--- {producer} are identifiers filled in by pgfleet.grants. Each block first takes back
--- whatever the role held in the schema, so applying it again converges on exactly this.
+-- pgfleet schema (the ALTER ROLE behind a pooler needs CREATEROLE or a superuser). {db},
+-- {runtime} and {producer} are identifiers filled in by pgfleet.grants. Each block first
+-- takes back whatever the role held in the schema, so applying it again converges on this.
 
 -- role: runtime
 -- The supervisor, workers and operator commands: data access to pgfleet's tables, no DDL,
@@ -28,6 +28,8 @@ GRANT EXECUTE ON FUNCTION pgfleet.cancel_jobs(bigint[], text, text) TO {runtime}
 GRANT EXECUTE ON FUNCTION pgfleet.job_outcome(bigint, boolean) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.job_result(bigint) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.claim_limited(text, text, integer, float8, integer, integer, integer, float8, integer) TO {runtime};
+-- The claims in both signatures: during an upgrade, workers of the previous version call
+-- the ones without max_bytes.
 GRANT EXECUTE ON FUNCTION pgfleet.claim_jobs(text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.complete_and_claim_jobs(bigint[], jsonb, jsonb, text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.claim_jobs(text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint, bigint) TO {runtime};

@@ -7,8 +7,8 @@
 -- Parameters use psycopg's %(name)s style.
 
 -- name: enqueue :one
--- NULL queue or max_attempts: the configured defaults (migration 0009, job_defaults).
--- Parameters cast to the function's types, as the claims' are (see claim).
+-- NULL queue or max_attempts takes the configured defaults (see pgfleet.enqueue_job).
+-- Parameters are cast to the function's types, for the reason given at claim.
 SELECT e.job_id, e.created
   FROM pgfleet.enqueue_job(%(task)s::text, %(args)s::jsonb, %(queue)s::text,
                            %(priority)s::int, now() + make_interval(secs => %(delay)s::float8),
@@ -25,7 +25,7 @@ SELECT e.job_id, e.created
 -- name: enqueue_many :many
 -- Rows whose unique key an unfinished job already holds are skipped here and looked up
 -- afterwards with existing_by_unique_key. The arrays travel in binary (the b placeholders):
--- eight text arrays of thousands of elements took a third of the statement's time.
+-- text arrays of thousands of elements cost a good part of the statement's time to parse.
 SELECT e.id, e.task, e.unique_key
   FROM pgfleet.enqueue_jobs(%(tasks)b::text[], %(args)b::text[], %(queues)b::text[],
                             %(priorities)b::int[], %(run_ats)b::timestamptz[],
@@ -34,11 +34,9 @@ SELECT e.id, e.task, e.unique_key
                             %(concurrency_keys)b::text[]) AS e
 
 -- name: enqueue_many_ids :scalar
--- A chunk in which no row has a unique key inserts every row: its ids as one bigint[], in
--- input order (enqueue_jobs returns them in insertion order, which follows the rows'
--- ordinality, and array_agg takes them as the function scan reads them). 5,000 rows of
--- three columns cost the server a message each and the client a tuple each, read after
--- the server's last chunk; one array costs neither (issue 16).
+-- A chunk in which no row has a unique key inserts every row: its ids as one bigint[] in
+-- input order (enqueue_jobs inserts in the rows' ordinality; array_agg reads the function
+-- scan in that order). One array spares the server a message and the client a tuple per row.
 SELECT pg_catalog.array_agg(e.id)
   FROM pgfleet.enqueue_jobs(%(tasks)b::text[], %(args)b::text[], %(queues)b::text[],
                             %(priorities)b::int[], %(run_ats)b::timestamptz[],
@@ -52,39 +50,10 @@ SELECT k.task, k.unique_key, k.id
   FROM pgfleet.jobs_holding_keys(%(tasks)s::text[], %(unique_keys)s::text[]) AS k
 
 -- name: claim :many
--- R1: lock due rows of one queue in claim order, skipping rows another worker holds, and
--- lease them, in one statement (pgfleet.claim_jobs, migration 0018, whose plan is fixed
--- rather than made anew on each claim). A paused queue yields none.
--- The walk: due and future rows share jobs_claim_idx (queue, priority, run_at, id), so the
--- claim walks it one priority at a time and reads each priority's rows only up to now():
--- a plain ORDER BY priority, run_at, id LIMIT n scan that finds fewer than n due rows
--- reads every future row of the priority before it can stop (44 ms per empty claim with
--- 1,000,000 jobs an hour ahead; docs/performance-history.md). The cost is one index probe per
--- priority visited, plus one when the claim comes short.
--- Solo: a solo job (migration 0007) goes only to a worker that holds nothing, alone; a
--- worker holding one claims nothing more. A solo job among the locked rows stops a busy
--- worker's claim, so the worker drains and takes it next.
--- after_*: the claim key (priority, run_at, id) to start past, the last row of the
--- worker's previous full claim (NULL: from the head). Every claimed row leaves a dead
--- entry at the head of jobs_claim_idx that nothing removes during a drain (autovacuum ran
--- 0 times in each drain measured), and a claim from the head steps over all of them:
--- 500-800 pages per claim after 40,000-100,000 jobs. The worker goes back to the head when
--- a claim comes back short, on a notification and once per poll interval
--- (pgfleet.worker.claim_cursor).
--- held / held_solo: what the worker holds (it knows the jobs running in its process, which
--- is what containment is about); NULL counts its running rows instead, a scan of every
--- running row that a worker claiming thousands of times a second should not pay.
--- The parameters are cast to the function's types: psycopg sends None and str untyped and
--- an int as the smallest type that holds it, and every claim is planned anew
--- (force_custom_plan, pgfleet.db), so untyped arguments cost the function's resolution on
--- each call: ~0.13 ms of a one-job claim's 1.6 ms from a worker's connection (measured
--- spaced like single jobs; docs/performance.md, "Enqueue -> start latency").
--- Args travel as text, and only within args_limit: the worker decodes each job's args in
--- its executor thread, so a hostile row (nested 2,000 deep, 60 MB) fails that job alone
--- and is never loaded into the worker's memory. meta is NULL when empty (the common case);
--- it carries the trace context of pgfleet.otel for middleware.
--- max_bytes: the args the claim may take, the rows before each row counted (migration
--- 0025; NULL: no budget); `more` says it left due rows behind for it.
+-- R1: lock and lease due rows of one queue in claim order, skipping rows other workers
+-- hold (functions/claim_jobs.sql explains the walk, solo, after_*, held and max_bytes).
+-- Parameters are cast to the function's types: psycopg sends None and str untyped, and
+-- every claim is planned anew (force_custom_plan), so each would resolve the function again.
 SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
        c.wait_seconds AS wait_seconds, c.solo, c.priority, c.run_at, c.meta, c.more
   FROM pgfleet.claim_jobs(%(queue)s::text, %(limit)s::int, %(worker)s::text,
@@ -110,15 +79,10 @@ SELECT EXISTS (SELECT 1 FROM pgfleet.queue_limits l
                        OR l.key_concurrency IS NOT NULL))
 
 -- name: complete_succeeded :many
--- R2: fenced by holder and attempt; a job whose lease was taken over is not touched. The
--- row is found by its primary key alone (migration 0015 dropped the holder index, whose
--- dead entries a completion used to walk); holder, attempt and state are checked on it.
--- Each job's return value is stored in the same statement.
--- Attempts and results come as JSON objects keyed by id ({"17": 2}; a job that returned
--- None has no result key), each parsed once (a sub-select: once even in a generic plan)
--- and looked up per row by key. A join with unnest() of arrays was planned, whenever the
--- statistics knew of no running rows, as a nested loop re-reading the arrays for every
--- running row: 40,000 pairs, 11 of 17 ms for 200 jobs in a drain (docs/performance-history.md).
+-- R2: fenced by holder and attempt, so a job whose lease was taken over is not touched;
+-- the row is found by primary key and the fence checked on it. Attempts and results come
+-- as JSON objects keyed by id, parsed once (the sub-selects): a join with unnest() may be
+-- planned as a nested loop re-reading the arrays for every running row.
 UPDATE pgfleet.jobs j
    SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
        result = (SELECT %(results)s::jsonb) -> j.id::text
@@ -128,14 +92,10 @@ UPDATE pgfleet.jobs j
 RETURNING j.id
 
 -- name: complete_and_claim :many
--- complete_succeeded and claim in one autocommit statement (pgfleet.complete_and_claim_jobs,
--- migration 0018): one round trip and one commit per batch instead of BEGIN, two
--- statements and COMMIT. Both parts see the same snapshot and touch different rows
--- (running ones, queued ones). The completion is fenced exactly like complete_succeeded
--- and the claim is claim's, held / held_solo given by the worker (the jobs it keeps
--- running after this batch). Rows: one with the ids completed (`done`; one row, not a row
--- per id: parsing and building those was ~1.5 us a job), then one per job claimed (`done`
--- NULL).
+-- complete_succeeded and claim in one autocommit statement (pgfleet.complete_and_claim_jobs),
+-- fenced and claimed as those two are: one round trip and one commit per batch. held /
+-- held_solo count the jobs kept running after it. Rows: the completed ids as one array
+-- (`done`; cheaper than a row per id), then one row per job claimed (`done` NULL).
 SELECT c.done, c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
        c.wait_seconds, c.solo, c.priority, c.run_at, c.meta, c.more
   FROM pgfleet.complete_and_claim_jobs(%(ids)s::bigint[], %(attempts)s::jsonb,
@@ -148,7 +108,7 @@ SELECT c.done, c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
 
 -- name: complete_failed :many
 -- A failure retries after the given delay, or ends dead when attempts are spent or the
--- error is final (pgfleet.failed_attempt, migration 0004). Fenced like complete_succeeded.
+-- error is final (pgfleet.failed_attempt). Fenced like complete_succeeded.
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
@@ -162,8 +122,7 @@ UPDATE pgfleet.jobs j
 RETURNING j.id, j.state::text AS state, j.run_at
 
 -- name: complete_cancelled :many
--- Task control (migration 0011): a running job cancelled by request ends cancelled.
--- Fenced like complete_succeeded.
+-- A running job cancelled by request ends cancelled. Fenced like complete_succeeded.
 UPDATE pgfleet.jobs j
    SET state = 'cancelled', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
        last_error = 'cancelled while running (attempt ' || j.attempt || ')'
@@ -203,7 +162,7 @@ SELECT id FROM pgfleet.jobs
    AND cancel_requested_at IS NOT NULL
 
 -- name: cancel_jobs :many
--- Waiting jobs cancelled now, running ones marked and their workers told (0011).
+-- Waiting jobs cancelled now, running ones marked and their workers told (pgfleet.cancel_jobs).
 SELECT c.id, c.state FROM pgfleet.cancel_jobs(%(ids)s::bigint[], %(queue)s, %(task)s) AS c
 
 -- name: job_outcome :maybe
@@ -220,10 +179,9 @@ SELECT id, queue, task, progress::text AS progress FROM pgfleet.jobs
 
 -- name: withdraw :many
 -- Shutdown: jobs this worker claimed ahead and no thread started (the executor marked them
--- so that none ever will) go back due now, never charged: the attempt number they were
--- given goes back by one, since no run of it exists anywhere. Give-backs of started jobs
--- spend the refunds below; these did not, or four deploys could end a job `dead` that
--- never ran (outside trial).
+-- so none ever will) go back due now with their attempt number back by one, since no run
+-- of it exists. They spend no refund (give_back does), or a few deploys could end a job
+-- `dead` that never ran.
 UPDATE pgfleet.jobs j
    SET state = 'queued', attempt = j.attempt - 1, run_at = now(),
        lease_holder = NULL, lease_expires_at = NULL
@@ -254,10 +212,9 @@ RETURNING j.id
 
 -- name: renew_leases :many
 -- Only the jobs the worker knows it runs: a claim committed just before a crash may never
--- have reached the worker, and renewing that row too would hold it forever. Its lease
--- is never renewed and rescue_stale gives it back.
--- Each renewal advances the job's beat counter (0013): rescuers watch it, not the clock.
--- cancel_requested: someone asked to cancel the job (the fallback when no NOTIFY came).
+-- have reached the worker, and renewing it would hold it forever (rescue_stale takes it).
+-- Each renewal advances beats, which rescuers watch instead of a clock. cancel_requested:
+-- someone asked to cancel the job (the fallback when no NOTIFY came).
 UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s),
                         beats = beats + 1
  WHERE lease_holder = %(worker)s AND state = 'running' AND id = ANY(%(ids)s::bigint[])
@@ -265,22 +222,17 @@ RETURNING id, cancel_requested_at IS NOT NULL AS cancel_requested
 
 -- name: held_by :many
 -- The running jobs a dead worker held, for the rescue below to price their retries: with
--- their task's published backoff (0010) when there is one.
+-- their task's published backoff (task_defaults) when there is one.
 SELECT j.id, j.queue, j.attempt, td.backoff AS task_backoff
   FROM pgfleet.jobs j LEFT JOIN pgfleet.task_defaults td ON td.task = j.task
  WHERE j.lease_holder = %(worker)s AND j.state = 'running'
  ORDER BY j.id
 
 -- name: rescue_holder :many
--- R3a: the supervisor saw this worker exit. A job whose task code ran in it last
--- (`running`, noted by the worker's threads in shared memory, the last two jobs of each;
--- NULL: not known, all of them) failed with the reason and is due again after its
--- `delay`; each counts the crash (0007). Such a job alone is charged the attempt, so a job
--- that kills its process cannot loop forever; several together (`shared`) get the
--- attempt back and run alone from now on, so the next crash names the culprit without
--- charging its neighbours. Any other job (claimed ahead and not started, or done earlier
--- and not yet committed) had no part in the crash: it goes back at once, never charged,
--- its attempt number back by one (the dead process is gone, so the number is free).
+-- R3a: the supervisor saw this worker exit. A job whose task ran in it last (`running`;
+-- NULL: all) fails, counts the crash and is due after `delay`: charged when alone, so it
+-- cannot loop; when `shared`, uncharged but solo from now on, so the next crash names the
+-- culprit. Any other job goes back at once, uncharged, its attempt number back by one.
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
@@ -295,7 +247,7 @@ UPDATE pgfleet.jobs j
                           WHEN %(shared)s THEN %(error)s || ' (beside other jobs: not charged)'
                           END) f),
        attempt = j.attempt - CASE WHEN NOT d.ran OR %(shared)s THEN 1 ELSE 0 END,
-       -- Saturating at the bound of migration 0022, so a hostile row cannot fail the rescue.
+       -- Saturates at the bound of jobs_crashes_bound, so a hostile row cannot fail the rescue.
        crashes = least(j.crashes, 999999) + CASE WHEN d.ran THEN 1 ELSE 0 END,
        solo = j.solo OR (d.ran AND %(shared)s),
        lease_holder = NULL, lease_expires_at = NULL
@@ -306,14 +258,10 @@ UPDATE pgfleet.jobs j
 RETURNING j.id, j.queue, j.task, j.state::text AS state, d.ran
 
 -- name: rescue_gave_up :many
--- R3a for a worker that exited on purpose because it could not renew its leases for most
--- of a lease (a database outage, a cut network): its own decision, marked on the beacon
--- board, so no task is known to have done wrong. Nothing counts as a crash and nothing
--- becomes solo. A job whose task ran in it (`running`; NULL: all) is given back like a
--- stopping worker's (give_back): the attempt number stays (the fence), the attempt is
--- refunded up to max_refunds times, then counted (a job that itself takes the database
--- down cannot loop), due a second from now. Any other job goes back as in rescue_holder:
--- at once, never charged, its attempt number back by one.
+-- R3a for a worker that exited on purpose, unable to renew its leases (an outage): no task
+-- is known to have done wrong, so nothing counts as a crash or becomes solo. A job whose
+-- task ran in it (`running`; NULL: all) is given back as give_back does (refunded up to
+-- max_refunds, then counted); any other job as rescue_holder does.
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
@@ -440,7 +388,7 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now()
 
 -- name: get_job :maybe
 -- Args and errors as text: store.get_job decodes them only when that is safe, so any row
--- prints (a row nested 2,000 deep once crashed the decoder).
+-- prints, even one nested too deep for the decoder.
 SELECT id, queue, task, args::text AS args, state::text, priority, run_at, attempt, max_attempts,
        lease_holder, lease_expires_at, created_at, started_at, finished_at, last_error,
        errors::text AS errors, unique_key, meta::text AS meta, result::text AS result,
@@ -576,10 +524,10 @@ SELECT EXISTS (SELECT 1 FROM pgfleet.processes WHERE queue = %(queue)s)
     OR EXISTS (SELECT 1 FROM pgfleet.jobs WHERE queue = %(queue)s)
 
 -- name: publish_task_defaults :exec
--- A supervisor's registered tasks' enqueue defaults (migration 0009), as three parallel
--- arrays. The current config overwrites whatever is there, NULLs included (a declaration
--- removed from the code); identical rows are not rewritten, and rows are taken in name
--- order so two hosts publishing at once cannot deadlock.
+-- A supervisor's registered tasks' enqueue defaults, as parallel arrays. The current
+-- config overwrites whatever is there, NULLs included (a declaration removed from the
+-- code); identical rows are not rewritten, and rows go in name order so two hosts
+-- publishing at once cannot deadlock.
 INSERT INTO pgfleet.task_defaults AS d (task, queue, max_attempts, backoff)
 SELECT t.task, t.queue, t.max_attempts, t.backoff::jsonb
   FROM unnest(%(tasks)s::text[], %(queues)s::text[], %(max_attempts)s::int[],
@@ -601,7 +549,7 @@ ON CONFLICT (queue) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, updated_
  WHERE d.max_attempts IS DISTINCT FROM EXCLUDED.max_attempts
 
 -- name: report_failed_queues :exec
--- A supervisor's failed queues (0010), as its maintenance process last read them from the
+-- A supervisor's failed queues, as its maintenance process last read them from the
 -- arbiter; rewritten only when they changed.
 UPDATE pgfleet.processes SET failed_queues = %(failed)s::jsonb
  WHERE id = %(id)s AND failed_queues IS DISTINCT FROM %(failed)s::jsonb

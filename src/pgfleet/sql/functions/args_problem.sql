@@ -1,10 +1,9 @@
--- Args are a JSON object (outside trial T6). pgfleet.enqueue_job refused anything else,
--- but pgfleet.enqueue_jobs and a plain INSERT took '[1]' or '"x"': the job then failed
--- alone at its worker, dead, long after the caller had gone. The args trigger now refuses
--- them on every write of args, with the same message as enqueue_job. A trigger rather than
--- a CHECK: a CHECK is tested again on every UPDATE of the row, so a claim leasing a row
--- stored before this migration would fail; rows already stored are left to their worker,
--- which fails each of them alone.
+-- Why args break the limits, or NULL. Args are a JSON object of at most 1 MiB of JSON text,
+-- nested at most 64 levels. The jobs_args_limits trigger refuses others on every write of
+-- args, whoever writes (enqueue_jobs or a plain INSERT too), so the caller learns of it, not
+-- the job's worker long after. A trigger rather than a CHECK: a CHECK is tested again on every
+-- UPDATE of the row, so a claim leasing a row already stored out of bounds would fail;
+-- such rows are left to their worker, which fails each of them alone.
 CREATE OR REPLACE FUNCTION pgfleet.args_problem(args jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp

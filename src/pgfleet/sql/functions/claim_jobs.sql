@@ -1,3 +1,38 @@
+-- The claim, for every queue (queries.sql: claim, complete_and_claim): lock due rows of
+-- one queue in claim order, skipping rows another worker holds, and lease them. A paused
+-- queue yields none.
+-- Flow control: the queue's row of queue_limits, read at each claim, decides. With limits
+-- the claim takes that row's lock first, in a statement of its own, so every later
+-- statement's fresh snapshot (READ COMMITTED) sees the claims committed before it; it then
+-- takes no more than the global concurrency and the rate window leave, and passes over
+-- the rows of keys at their limit (docs/flow-control.md).
+-- The plan: the SET lines pin one generic plan per session of index scans and nested loops
+-- only, the plan a claim of a few hundred rows wants at any table size, neither made anew
+-- on each claim nor fitted to the table as it was when first planned. The lease UPDATE
+-- finds its rows by `id = ANY(...)`, a primary-key probe per claimed row, not by a join.
+-- JIT is off: a disabled path counts 1e10 in the cost, which must never turn JIT on.
+-- The walk: due and future rows share jobs_claim_idx (queue, priority, run_at, id), so the
+-- claim walks it one priority at a time and reads each priority's rows only up to now():
+-- a plain ORDER BY priority, run_at, id LIMIT n scan that finds fewer than n due rows
+-- reads every future row of the priority before it can stop. The cost is one index probe
+-- per priority visited, plus one when the claim comes short.
+-- Solo: a solo job goes only to a worker that holds nothing, alone; a worker holding one
+-- claims nothing more. A solo job among the locked rows stops a busy worker's claim, so
+-- the worker drains and takes it next.
+-- after_*: the claim key (priority, run_at, id) to start past, the last row of the
+-- worker's previous full claim (NULL: from the head). Every claimed row leaves a dead
+-- entry at the head of jobs_claim_idx that nothing removes during a drain, and a claim
+-- from the head steps over all of them. The worker goes back to the head when a claim
+-- comes back short, on a notification and once per poll interval (pgfleet.worker.claim_cursor).
+-- held / held_solo: what the worker holds (it knows the jobs running in its process, which
+-- is what containment is about); NULL counts its running rows instead, a scan of every
+-- running row that a worker claiming thousands of times a second should not pay.
+-- args_limit: args travel as text, and only within the limit: the worker decodes each
+-- job's args in its executor thread, so a hostile row fails that job alone and is never
+-- loaded into the worker's memory. meta is NULL when empty (the common case); it carries
+-- the trace context of pgfleet.otel for middleware.
+-- max_bytes: the args the claim may take, the rows before each row counted (NULL: no
+-- budget); `more` says it left due rows behind for it.
 CREATE OR REPLACE FUNCTION pgfleet.claim_jobs(
     queue          text,
     max_jobs       integer,

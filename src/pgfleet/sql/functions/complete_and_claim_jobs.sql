@@ -1,3 +1,5 @@
+-- complete_succeeded and claim_jobs in one call (queries.sql: complete_and_claim): one round
+-- trip and one commit per batch. The completion touches running rows, the claim queued ones.
 CREATE OR REPLACE FUNCTION pgfleet.complete_and_claim_jobs(
     ids            bigint[],
     attempts       jsonb,
@@ -30,7 +32,7 @@ AS $$
 DECLARE
     completed bigint[];
 BEGIN
-    -- 0018's fenced completion, then the claim with its budget.
+    -- complete_succeeded's fenced completion, then claim_jobs with its budget.
     WITH finished AS (
         UPDATE pgfleet.jobs j
            SET state = 'succeeded', finished_at = now(), lease_holder = NULL,
@@ -58,6 +60,7 @@ BEGIN
 END;
 $$;
 
+-- The signature without max_bytes, for workers of a previous version during an upgrade.
 CREATE OR REPLACE FUNCTION pgfleet.complete_and_claim_jobs(
     ids bigint[], attempts jsonb, results jsonb, queue text, max_jobs integer, worker text,
     lease float8, args_limit integer, held bigint, held_solo boolean, after_priority integer,

@@ -1,4 +1,4 @@
--- The historical entry point: the job's id only.
+-- The job's id only; pgfleet.enqueue_job also says whether this call created the job.
 CREATE OR REPLACE FUNCTION pgfleet.enqueue(
     task            text,
     args            jsonb DEFAULT '{}'::jsonb,

@@ -1,7 +1,5 @@
--- One definition of what a failed attempt does to a job, used by the worker's completion
--- and by both rescues, and one definition of the NOTIFY channel, used by the insert
--- trigger and by the queries that wake a queue.
-
+-- One definition of what a failed attempt does to a job, used by the worker's completion,
+-- the give-backs and the rescues.
 -- The columns a failed attempt sets: dead when the error is final or the attempts are
 -- spent, otherwise queued again `retry_in` seconds from now. `logged_error` is the text
 -- kept in the errors history when it differs from last_error (the lease rescue keeps a

@@ -24,9 +24,3 @@ END;
 $$;
 
 REVOKE ALL ON FUNCTION pgfleet.notify_jobs() FROM PUBLIC;
-
-
---
--- PostgreSQL database dump complete
---
-
