@@ -1,4 +1,4 @@
--- What supervisors know and the database did not (issue 13 leftovers).
+-- What supervisors know and the database did not.
 --
 -- * processes.failed_queues: on a supervisor's row, the queues it gave up on (crash_limit,
 --   start failures) with the reason, as {"queue": "reason"}; written by its maintenance

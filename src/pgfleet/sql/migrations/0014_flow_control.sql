@@ -1,4 +1,4 @@
--- Flow control across hosts (issue 20, docs/flow-control.md): a queue's global
+-- Flow control across hosts (docs/flow-control.md): a queue's global
 -- concurrency, its rate of starts and the concurrency of each concurrency key, enforced by
 -- the claim itself, with no leader.
 --

@@ -1,4 +1,4 @@
--- Completions by primary key (issue 16). The holder index served completions, lease
+-- Completions by primary key. The holder index served completions, lease
 -- renewal and the claim's count of what a worker held; each lookup walked every entry a
 -- worker had ever left under its holder id (the row moves out of the partial index when it
 -- finishes; the entry stays until vacuum, and one key's entries cannot be skipped): up to

@@ -1,5 +1,5 @@
 -- The limited claim (migration 0014, flow control) without reading the jobs scheduled for
--- later (issue 16, docs/performance.md "Jobs scheduled for later"). Its due rows and its
+-- later (docs/performance.md "Jobs scheduled for later"). Its due rows and its
 -- future rows share jobs_claim_idx (queue, priority, run_at, id); ordered by priority,
 -- run_at, id under a LIMIT the claim read every future row of a priority whenever fewer due
 -- rows than it asked for were there, so an idle queue's claim walked all of them. Now it

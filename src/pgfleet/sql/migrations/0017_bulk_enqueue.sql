@@ -1,4 +1,4 @@
--- Bulk enqueue without the unique-key machinery when a batch has no unique key (issue 16).
+-- Bulk enqueue without the unique-key machinery when a batch has no unique key.
 --
 -- * enqueue_jobs inserts a batch in which no row has a unique key with a plain INSERT:
 --   ON CONFLICT makes every row a speculative insertion (a token, a second WAL record to

@@ -1,5 +1,5 @@
--- The claim and the fused completion + claim as functions with a fixed plan (issue 16,
--- docs/performance.md "Where the latency goes").
+-- The claim and the fused completion + claim as functions with a fixed plan
+-- (docs/performance.md "Where the latency goes").
 --
 -- * Why: the two statements were planned on every execution (plan_cache_mode =
 --   force_custom_plan, pgfleet.db), and planning the priority walk over a table with ten

@@ -1,4 +1,4 @@
--- Less backend work per row of a bulk enqueue (issue 16): no joins or sort for a batch
+-- Less backend work per row of a bulk enqueue: no joins or sort for a batch
 -- of one task and one queue, cheaper guards on the names trigger, no sort in the notify.
 --
 -- * A batch in which every row names the same task and the same queue (or none: the

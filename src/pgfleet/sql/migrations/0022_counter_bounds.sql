@@ -1,4 +1,4 @@
--- Bounds on a job's counters (outside trial of 0018). A row written straight into the
+-- Bounds on a job's counters. A row written straight into the
 -- table with attempt = 2147483647 made every claim that reached it fail on attempt + 1
 -- ("integer out of range"): the queue's workers crashed until the queue was marked failed,
 -- and the completions riding with those claims were rolled back, so finished jobs ran

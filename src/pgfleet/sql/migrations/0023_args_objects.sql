@@ -1,4 +1,4 @@
--- Args are a JSON object (outside trial T6). pgfleet.enqueue_job refused anything else,
+-- Args are a JSON object. pgfleet.enqueue_job refused anything else,
 -- but pgfleet.enqueue_jobs and a plain INSERT took '[1]' or '"x"': the job then failed
 -- alone at its worker, dead, long after the caller had gone. The args trigger now refuses
 -- them on every write of args, with the same message as enqueue_job. A trigger rather than

@@ -1,4 +1,4 @@
--- pgfleet.enqueue_jobs, the bulk enqueue callable from SQL (outside trial T7), says what is
+-- pgfleet.enqueue_jobs, the bulk enqueue callable from SQL, says what is
 -- wrong with its arrays instead of filing rows where the caller did not mean them:
 -- * an array given (not NULL) must hold one element per task: a queues array shorter than
 --   the tasks filed the rest in 'default' (unnest pads the shorter arrays with NULLs);

@@ -1,6 +1,6 @@
--- A byte budget for the claim (issue 16; outside trials T9, T9b, T10b): prefetch auto sizes
+-- A byte budget for the claim: prefetch auto sizes
 -- a claim by the args it measured, so the first claim after a queue turns from tiny jobs to
--- big ones took up to 1,000 of them into one worker (545 MB of args, T10b). The claim now
+-- big ones took up to 1,000 of them into one worker. The claim now
 -- takes due rows in claim order only while the args of those before stay under max_bytes
 -- (the first row always), and says when it left due rows behind for that reason (`more`),
 -- so the worker claims again as after a full claim instead of waiting for its next poll.
