@@ -5,7 +5,7 @@ connection).
 
 Pipelined, the server inserts chunk k while the client validates and encodes chunk k+1
 (`chunks` may be a generator that validates lazily): on two cores that hides most of the
-client's time behind the server's (docs/performance-history.md).
+client's time behind the server's (bench/bulk_ab.py measures it).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Each claimed row leaves a dead entry at the head of jobs_claim_idx (the row leaves the
 partial index; its entry stays until vacuum, and autovacuum does not get to it during a
-drain), so a claim from the head steps over every job claimed so far: 500-800 index pages
-per claim after 40,000-100,000 jobs (docs/performance-history.md). After a full claim the
-next one starts past its last key instead. Rows the cursor has passed that are waiting again
+drain), so a claim from the head steps over every job claimed so far, hundreds of index
+pages per claim deep into a drain. After a full claim the next one starts past its last
+key instead. Rows the cursor has passed that are waiting again
 (a job enqueued at a higher priority or with a past run_at, a future job fallen due, a row
 another worker locked and let go) are found by the next claim from the head: after any short
 claim, on a notification, and at least once per poll interval.
