@@ -127,7 +127,8 @@ class DatabaseCollector:
 
     def _read(self) -> list[Metric]:
         try:
-            with connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+            with connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                         process=True) as conn:
                 families = read_families(conn, self.known)
         except (psycopg.Error, DatabaseUnavailable) as exc:
             if not self.failing:

@@ -62,6 +62,11 @@ workers = Gauge(
 workers_busy = Gauge(
     "pgfleet_workers_busy", "Jobs running now.", ["queue"], multiprocess_mode="livesum"
 )
+claim_lock_timeouts = Counter(
+    "pgfleet_claim_lock_timeouts",
+    "Claims that gave up waiting for their queue's flow-control lock, held by a session"
+    " that stopped talking.", ["queue"],
+)
 jobs_rescued = Counter(
     "pgfleet_jobs_rescued", "Jobs given back from a dead worker or an expired lease.", ["queue"]
 )

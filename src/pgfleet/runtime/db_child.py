@@ -28,7 +28,7 @@ class DatabaseChild(ChildProcess):
         if self.conn is None or self.conn.closed:
             # A connect may wait its whole timeout: the child is alive meanwhile.
             with self.beating():
-                self.conn = connect(self.dsn, autocommit=True)
+                self.conn = connect(self.dsn, autocommit=True, process=True)
             self.on_connect(self.conn)
         return self.conn
 

@@ -101,18 +101,35 @@ SEARCH_PATH = "pg_catalog,pgfleet"
 PLAN_CACHE_MODE = "force_custom_plan"
 
 
-def pinned_options(dsn: str, given: str | None = None) -> str:
-    """The connection's `options` with search_path and plan_cache_mode pinned last (so
-    they win), keeping any other setting the DSN, the caller or PGOPTIONS gave."""
+# The server notices a client that vanished without a FIN (a host or network failure) in
+# about 25 s, as the client notices the server: not after the kernel's default of hours.
+SERVER_KEEPALIVES = ("-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 "
+                     "-c tcp_keepalives_count=3 -c tcp_user_timeout=25000")
+# A pgfleet process never waits between the statements of a transaction: one that stops
+# talking inside one (frozen, cut off, gone) has its session ended by the server, so no
+# lock it holds (a queue's flow-control row, a job row) outlives it by more than this.
+PROCESS_IDLE_IN_TRANSACTION = "5s"
+
+
+def pinned_options(dsn: str, given: str | None = None, *, process: bool = False) -> str:
+    """The connection's `options`: the server-side keepalives (and, for a pgfleet
+    process, the idle-in-transaction limit) first, so the DSN, the caller or PGOPTIONS
+    may change them; search_path and plan_cache_mode pinned last, so they win."""
     if given is None:
         given = str(conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS") or "")
-    return (f"{given} -c search_path={SEARCH_PATH} "
+    guards = SERVER_KEEPALIVES
+    if process:
+        guards += f" -c idle_in_transaction_session_timeout={PROCESS_IDLE_IN_TRANSACTION}"
+    return (f"{guards} {given} -c search_path={SEARCH_PATH} "
             f"-c plan_cache_mode={PLAN_CACHE_MODE}").strip()
 
 
 def connect(dsn: str, *, autocommit: bool = True, application_name: str | None = None,
-            **kwargs: Any) -> psycopg.Connection[Any]:
-    """Open a connection, turning failures into one password-free line.
+            process: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
+    """Open a connection, turning failures into one password-free line. `process`: the
+    connection of a pgfleet process (worker, maintenance, cron, exporter), whose session
+    the server ends when it idles inside a transaction (PROCESS_IDLE_IN_TRANSACTION); an
+    application's own enqueues may take their time.
 
     `application_name` is how the server lists the connection (pg_stat_activity); by
     default the process title of a pgfleet process (`pgfleet worker emails 1/2`). It is a
@@ -132,7 +149,7 @@ def connect(dsn: str, *, autocommit: bool = True, application_name: str | None =
         # role's own setting (`pgfleet grants` prints the ALTER ROLE ... SET search_path).
         kwargs.setdefault("prepare_threshold", None)
     else:
-        kwargs["options"] = pinned_options(dsn, kwargs.get("options"))
+        kwargs["options"] = pinned_options(dsn, kwargs.get("options"), process=process)
     try:
         return psycopg.connect(dsn, autocommit=autocommit, **kwargs)
     except psycopg.OperationalError as exc:

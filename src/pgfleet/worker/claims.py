@@ -8,12 +8,15 @@ know (a limited queue takes no jobs ahead) it reads every LIMITS_REFRESH seconds
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
+from pgfleet import metrics
 from pgfleet.core.flow import FlowLimits
 from pgfleet.sql import fleet as fleet_store, store
 from pgfleet.worker.prefetch import claim_bytes
@@ -74,6 +77,18 @@ class Claims:
         self.sent = True
         self.refresh(conn)
         s = self.s
-        return store.claim(conn, queue=s.queue, limit=limit, worker=s.worker_id,
-                           lease=s.lease, args_limit=s.args_limit, held=held,
-                           held_solo=held_solo, after=after, max_bytes=self.max_bytes)
+        # Inside the completions' transaction the claim gets a savepoint, so a claim that
+        # gave up on the queue's lock leaves the completions to commit.
+        savepoint = (conn.transaction() if conn.info.transaction_status == TransactionStatus.INTRANS
+                     else contextlib.nullcontext())
+        try:
+            with savepoint:
+                return store.claim(conn, queue=s.queue, limit=limit, worker=s.worker_id,
+                                   lease=s.lease, args_limit=s.args_limit, held=held,
+                                   held_solo=held_solo, after=after,
+                                   max_bytes=self.max_bytes)
+        except psycopg.errors.LockNotAvailable:
+            metrics.claim_lock_timeouts.labels(s.queue).inc()
+            log.warning("queue %r: its flow-control lock is held elsewhere; claiming again"
+                        " later", s.queue)
+            return []

@@ -132,6 +132,11 @@ class Completer:
             try:
                 done, states, claimed = self._complete_and_claim(
                     conn, batch, claim_limit=claim_limit, lease=lease, after=after)
+            except psycopg.errors.LockNotAvailable:
+                # The queue's flow-control lock is held by a session that stopped talking:
+                # the completions commit alone, and the worker claims again later.
+                metrics.claim_lock_timeouts.labels(self.queue).inc()
+                done, states = self._complete(conn, batch)
             except psycopg.Error as exc:
                 if isinstance(exc, psycopg.OperationalError) or conn.closed:
                     raise

@@ -63,7 +63,7 @@ class Listener:
                     self.conn = None
 
     def _listen(self, reconnect: Reconnect) -> None:
-        self.conn = connect(self.dsn, autocommit=True)
+        self.conn = connect(self.dsn, autocommit=True, process=True)
         self.conn.execute(f"LISTEN {CHANNEL}")
         if self.on_cancel is not None:
             self.conn.execute(f"LISTEN {CANCEL_CHANNEL}")

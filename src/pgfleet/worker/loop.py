@@ -271,7 +271,7 @@ class Worker(ChildProcess):
 
     def _connect(self) -> None:
         with self.beating():
-            self.conn = connect(self.s.dsn, autocommit=True)
+            self.conn = connect(self.s.dsn, autocommit=True, process=True)
         fleet_store.register_process(
             self.conn, id=self.s.worker_id, host=socket.gethostname(), pid=os.getpid(),
             kind="worker", queue=self.s.queue, supervisor=self.s.supervisor_id,

@@ -50,6 +50,9 @@ CREATE OR REPLACE FUNCTION pgfleet.claim_jobs(
                  run_at timestamptz, meta text, more boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+-- A queue's lock held by a session that stopped talking is waited for this long, then the
+-- claim gives up (SQLSTATE 55P03) and the worker tries again at its next claim.
+SET lock_timeout = '2s'
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_bitmapscan = off
