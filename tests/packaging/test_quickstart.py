@@ -19,6 +19,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.support.tools import find_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -41,7 +43,7 @@ def test_quick_start_is_install_supervisor_burst() -> None:
 def _argv(command: str) -> list[str]:
     argv = shlex.split(command)
     if argv[0] == "pgfleet":
-        argv[0] = shutil.which("pgfleet", path=str(Path(sys.executable).parent)) or "pgfleet"
+        argv[0] = find_tool("pgfleet") or "pgfleet"
     elif argv[0] == "python":
         argv[0] = sys.executable
     return argv
