@@ -27,6 +27,19 @@ def sleep_fail_first(seconds: float = 1.0) -> None:
     audit("finished")
 
 
+@pgfleet.task(name="faults.spin_first")
+def spin_first(seconds: float = 20.0, later: float = 0.05) -> None:
+    """Busy Python code for `seconds` on the first attempt (long enough to be cut off
+    mid-run), `later` on later ones, so the rerun that proves the rescue is short."""
+    job = pgfleet.current_job()
+    assert job is not None
+    audit("started")
+    end = time.monotonic() + (seconds if job.attempt == 1 else later)
+    while time.monotonic() < end:
+        pass
+    audit("finished")
+
+
 @pgfleet.task(name="faults.gil_sort")
 def gil_sort(seconds: float = 6.0, stubborn: bool = False, size: int = 4_000_000) -> None:
     """Holds the GIL in long C calls (a sort of `size` ints; 4M take about a second): an

@@ -100,7 +100,8 @@ def test_a_worker_cut_off_by_a_blackhole_stops_before_its_lease_expires(
             [sys.executable, "-m", "tests.faults.lone_worker", proxy.dsn(dsn), "6"],
             stdout=sink, stderr=subprocess.STDOUT)
     try:
-        job_id = pgfleet.enqueue(dsn, "spin", {"seconds": 20.0})
+        # 20 s on the cut-off attempt, a moment on the rerun elsewhere.
+        job_id = pgfleet.enqueue(dsn, "faults.spin_first", {"seconds": 20.0})
         wait_for(lambda: runner_pid(dsn, job_id) == lone.pid, timeout=30)
         proxy.blackhole()
         assert lone.wait(60) != 0
