@@ -106,7 +106,10 @@ def test_a_worker_cut_off_by_a_blackhole_stops_before_its_lease_expires(
         proxy.blackhole()
         assert lone.wait(60) != 0
         assert "could not renew its leases" in out.read_text(), out.read_text()
-        f = cfleet({"default": {"processes": 1}})
+        # The rescuer's lease is the lone worker's (6 s), not the test fleets' 30 s.
+        f = cfleet({"default": {"processes": 1, "kill_grace": "2s"}},
+                   supervisor={"heartbeat_interval": "0.3s", "stale_after": "2s",
+                               "lease": "6s"})
         wait_settled(dsn, timeout=120, log=f.log)
     finally:
         if lone.poll() is None:
