@@ -41,13 +41,17 @@ def spin_first(seconds: float = 20.0, later: float = 0.05) -> None:
 
 
 @pgfleet.task(name="faults.gil_sort")
-def gil_sort(seconds: float = 6.0, stubborn: bool = False, size: int = 4_000_000) -> None:
+def gil_sort(seconds: float = 6.0, stubborn: bool = False, size: int = 4_000_000,
+             later: float | None = None) -> None:
     """Holds the GIL in long C calls (a sort of `size` ints; 4M take about a second): an
     interrupt lands only between two sorts. Stubborn, it swallows every interrupt. An
-    audit row after each sort dates the run's last sign of life."""
+    audit row after each sort dates the run's last sign of life. `later`: how long
+    attempts after the first sort (default: `seconds` too)."""
+    job = pgfleet.current_job()
+    assert job is not None
     audit("started")
     numbers = [(i * 7919) % size for i in range(size)]  # scrambled: no runs to exploit
-    end = time.monotonic() + seconds
+    end = time.monotonic() + (seconds if later is None or job.attempt == 1 else later)
     while time.monotonic() < end:
         try:
             sorted(numbers)

@@ -45,8 +45,11 @@ def test_a_job_is_released_only_once_its_thread_stopped(
              else "120s"}
     first = cfleet({"default": queue}, name="first", supervisor=QUICK)
     [worker] = first.wait_workers(1)
+    # 15 s of sorts on the attempt that is stopped; the rerun that ends it sorts briefly
+    # (abandoned, every attempt must outlast its timeout).
     job_id = pgfleet.enqueue(dsn, "faults.gil_sort",
-                             {"seconds": 15.0, "stubborn": stop == "abandon", "size": 1_000_000},
+                             {"seconds": 15.0, "stubborn": stop == "abandon", "size": 1_000_000,
+                              "later": None if stop == "abandon" else 0.5},
                              max_attempts=2)
     wait_for(lambda: runner_pid(dsn, job_id) == worker, timeout=30)
     second = cfleet({"default": queue}, name="second", supervisor=QUICK)
