@@ -27,6 +27,17 @@ def sleep_fail_first(seconds: float = 1.0) -> None:
     audit("finished")
 
 
+@pgfleet.task(name="faults.sleep_first")
+def sleep_first(seconds: float = 10.0, later: float = 0.05) -> None:
+    """`sleep` for `seconds` on the first attempt (the one a fault cuts off), `later` on
+    later ones, so the rerun that proves the rescue is short."""
+    job = pgfleet.current_job()
+    assert job is not None
+    audit("started")
+    time.sleep(seconds if job.attempt == 1 else later)
+    audit("finished")
+
+
 @pgfleet.task(name="faults.spin_first")
 def spin_first(seconds: float = 20.0, later: float = 0.05) -> None:
     """Busy Python code for `seconds` on the first attempt (long enough to be cut off
