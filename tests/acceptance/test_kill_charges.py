@@ -119,13 +119,14 @@ def test_a_graceful_stop_withdraws_prefetched_jobs_uncharged(
     front sleeps in C past shutdown_timeout, so its thread is still busy when the stop
     withdraws the others."""
     # The sleeper first in claim order at every start (priority -1; a give-back is due
-    # 1 s later, so each start waits that out), the others claimed behind it.
+    # 1 s later, so each start waits until it is due), the others claimed behind it.
     ids = pgfleet.enqueue_many(dsn, [{"task": "sleep", "args": {"seconds": 2.5},
                                       "priority": -1},
                                      *[{"task": "noop", "max_attempts": 1}] * 5])
     sleeper, prefetched = ids[0], ids[1:]
     for stop in range(4):
-        settle(1.2)
+        wait_for(lambda: scalar(dsn, "SELECT run_at <= now() FROM pgfleet.jobs WHERE id = %s",
+                                (sleeper,)))
         f = fleet({"default": {"processes": 1, "threads": 1, "prefetch": 10,
                                "kill_grace": "5s"}},
                   supervisor={"shutdown_timeout": "1s"}, name=f"stop{stop}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 import pgfleet
@@ -337,13 +338,28 @@ def test_counters_start_at_zero_and_the_first_dead_job_and_crash_fire_their_aler
         assert {a["queue"] for a in firing(prometheus, "PgfleetWorkerCrashed")} == {"crashy"}
 
 
+def shortened_for(alert: str, shipped: str, short: str, folder: Path) -> Path:
+    """The shipped rules with `alert`'s `for:` cut from `shipped` to `short`: the real
+    expression, labels and annotations fire end to end without waiting out the hold,
+    whose length promtool tests (config/prometheus/alerts_test.yml, test_alert_rules.py)."""
+    rules = yaml.safe_load(ALERTS.read_text())
+    found = [rule for group in rules["groups"] for rule in group["rules"]
+             if rule.get("alert") == alert]
+    assert [rule["for"] for rule in found] == [shipped], found
+    found[0]["for"] = short
+    path = folder / "alerts-short-for.yml"
+    path.write_text(yaml.safe_dump(rules, sort_keys=False))
+    return path
+
+
 def test_an_unreachable_database_reads_0_and_fires_its_alert(tmp_path: Path) -> None:
     cluster = started_cluster()
     f: Fleet | None = None
     try:
         name = cluster.create_database(cluster.make_template())
         target = f"127.0.0.1:{free_port()}"
-        with PrometheusServer(tmp_path, [target], [ALERTS]) as prometheus:
+        rules = shortened_for("PgfleetDatabaseDown", "1m", "5s", tmp_path)
+        with PrometheusServer(tmp_path, [target], [rules]) as prometheus:
             f = Fleet(cluster.url(name), tmp_path, config_text(
                 {"default": {"processes": 1}}, metrics={"enabled": True, "listen": target}))
             f.start()
@@ -355,9 +371,9 @@ def test_an_unreachable_database_reads_0_and_fires_its_alert(tmp_path: Path) -> 
             # Absent, not frozen: the database gauges left the scrape.
             wait_for(lambda: not prometheus.query("pgfleet_queue_jobs"), timeout=30)
             assert not prometheus.query("pgfleet_process_heartbeat_age_seconds")
-            # `for: 1m` in the shipped rules: pending first, firing a minute later.
-            wait_for(lambda: firing(prometheus, "PgfleetDatabaseDown"), timeout=120,
-                     interval=1.0)
+            # `for: 1m` in the shipped rules, 5 s here: pending first, firing after it.
+            wait_for(lambda: firing(prometheus, "PgfleetDatabaseDown"), timeout=60,
+                     interval=0.5)
             assert prometheus.query("pgfleet_database_up == 0")
     finally:
         if f is not None:

@@ -193,7 +193,7 @@ def test_hup_applies_a_new_process_count_and_survives_a_broken_file(
     f.config.write_text("queues: [unclosed\n")
     f.signal(signal.SIGHUP)
     wait_for(lambda: "reload refused" in f.log())
-    settle(1.0)
+    settle(1.0)  # a window in which the refused reload must replace no worker
     assert set(f.workers()) == set(after)
     job_id = pgfleet.enqueue(dsn, "noop")
     wait_for(lambda: job(dsn, job_id)["state"] == "succeeded")

@@ -35,7 +35,8 @@ TERMINAL = {"succeeded", "dead", "cancelled"}
 # Tasks that write a `finished` row when they succeed.
 AUDITED = {"noop", "sleep", "fail_once", "async_noop", "hog", "stubborn", "spin",
            "faults.sleep_fail_first", "faults.gil_sort", "faults.interrupt_main",
-           "faults.marker_child", "faults.event_wait", "faults.exit_first"}
+           "faults.marker_child", "faults.event_wait", "faults.exit_first", "faults.spin_first",
+           "faults.sleep_first"}
 # How the rescue paths record an attempt whose process or lease died.
 FAULT_ERRORS = ("worker died", "lease expired")
 # How the rescue marks an attempt given back because its process held other jobs too.

@@ -27,14 +27,42 @@ def sleep_fail_first(seconds: float = 1.0) -> None:
     audit("finished")
 
 
+@pgfleet.task(name="faults.sleep_first")
+def sleep_first(seconds: float = 10.0, later: float = 0.05) -> None:
+    """`sleep` for `seconds` on the first attempt (the one a fault cuts off), `later` on
+    later ones, so the rerun that proves the rescue is short."""
+    job = pgfleet.current_job()
+    assert job is not None
+    audit("started")
+    time.sleep(seconds if job.attempt == 1 else later)
+    audit("finished")
+
+
+@pgfleet.task(name="faults.spin_first")
+def spin_first(seconds: float = 20.0, later: float = 0.05) -> None:
+    """Busy Python code for `seconds` on the first attempt (long enough to be cut off
+    mid-run), `later` on later ones, so the rerun that proves the rescue is short."""
+    job = pgfleet.current_job()
+    assert job is not None
+    audit("started")
+    end = time.monotonic() + (seconds if job.attempt == 1 else later)
+    while time.monotonic() < end:
+        pass
+    audit("finished")
+
+
 @pgfleet.task(name="faults.gil_sort")
-def gil_sort(seconds: float = 6.0, stubborn: bool = False, size: int = 4_000_000) -> None:
+def gil_sort(seconds: float = 6.0, stubborn: bool = False, size: int = 4_000_000,
+             later: float | None = None) -> None:
     """Holds the GIL in long C calls (a sort of `size` ints; 4M take about a second): an
     interrupt lands only between two sorts. Stubborn, it swallows every interrupt. An
-    audit row after each sort dates the run's last sign of life."""
+    audit row after each sort dates the run's last sign of life. `later`: how long
+    attempts after the first sort (default: `seconds` too)."""
+    job = pgfleet.current_job()
+    assert job is not None
     audit("started")
     numbers = [(i * 7919) % size for i in range(size)]  # scrambled: no runs to exploit
-    end = time.monotonic() + seconds
+    end = time.monotonic() + (seconds if later is None or job.attempt == 1 else later)
     while time.monotonic() < end:
         try:
             sorted(numbers)

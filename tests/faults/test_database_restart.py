@@ -110,7 +110,12 @@ def test_an_outage_is_one_line_per_process_not_one_per_retry(
     f = cfleet({"default": {"processes": 2, "threads": 2}})
     f.wait_workers(2)
     wait_for(lambda: f.log().count("worker") >= 2 and "started on queue" in f.log())
-    settle(1.0)  # the listeners are up
+    # The listeners are up: each worker's listening connection has run its LISTEN (or
+    # already its later liveness probe).
+    wait_for(lambda: scalar(
+        db.dsn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name LIKE 'pgfleet worker%'"
+                " AND (query LIKE 'LISTEN %' OR query = 'SELECT 1')") >= 2)
     db.cluster.stop("fast")
     # Long enough for several retries of each (backoff from 0.1 s, doubling).
     wait_for(lambda: f.log().count("lost its database connection") >= 2, timeout=30)

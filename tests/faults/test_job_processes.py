@@ -28,6 +28,8 @@ from tests.support.workers import scalar, wait_for
 pytestmark = pytest.mark.faults
 
 ONE_WORKER = {"processes": 1, "kill_grace": "2s"}
+# The lease tests.faults.lone_worker is started with ("6"), for the host that rescues it.
+LONE_LEASE = {"heartbeat_interval": "0.3s", "stale_after": "2s", "lease": "6s"}
 
 
 def marks(path: Path) -> list[tuple[int, float]]:
@@ -212,7 +214,9 @@ def test_a_cut_off_lone_workers_job_processes_die_before_its_lease_runs_out(
         job_id, grandchild = start_job(dsn, marker, lone.pid, blocked=True)
         proxy.blackhole()
         assert lone.wait(60) != 0
-        f = cfleet({"default": ONE_WORKER})
+        # The rescuer's lease is the lone worker's (6 s), as in a fleet of one config: it
+        # watches one of them, not the test fleets' 30 s, before it reruns the job.
+        f = cfleet({"default": ONE_WORKER}, supervisor=LONE_LEASE)
         wait_settled(dsn, timeout=120, log=f.log)
     finally:
         if lone.poll() is None:

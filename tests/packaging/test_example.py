@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any
 
 import psycopg
 import pytest
+
+from tests.support.workers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -107,16 +108,14 @@ def test_burst_finishes_with_retries(dsn: str, example_env: dict[str, str],
     pgfleet("jobs", "retry", dead_id, env=example_env)
     job_id = pgfleet("enqueue", "examples.app.tasks.send_welcome_email",
                      "--args", '{"user_id": 7}', "--queue", "emails", env=example_env).strip()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def both_final() -> bool:
         with psycopg.connect(dsn) as conn:
             rows: list[Any] = conn.execute(
                 "SELECT id::text, state::text FROM pgfleet.jobs WHERE id IN (%s, %s)",
                 (int(job_id), int(dead_id))).fetchall()
-        if dict(rows) == {job_id: "succeeded", dead_id: "dead"}:
-            break
-        time.sleep(0.5)
-    assert dict(rows) == {job_id: "succeeded", dead_id: "dead"}
+        return dict(rows) == {job_id: "succeeded", dead_id: "dead"}
+
+    wait_for(both_final, timeout=60, interval=0.1)
     assert "nightly-cleanup" in pgfleet("cron", "list", "-c", "examples/pgfleet.yaml",
                                         env=example_env)
 

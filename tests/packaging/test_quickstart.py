@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+
+from tests.support.tools import find_tool
+from tests.support.workers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +43,7 @@ def test_quick_start_is_install_supervisor_burst() -> None:
 def _argv(command: str) -> list[str]:
     argv = shlex.split(command)
     if argv[0] == "pgfleet":
-        argv[0] = shutil.which("pgfleet", path=str(Path(sys.executable).parent)) or "pgfleet"
+        argv[0] = find_tool("pgfleet") or "pgfleet"
     elif argv[0] == "python":
         argv[0] = sys.executable
     return argv
@@ -122,11 +124,13 @@ def test_dev_never_embeds_when_a_url_is_given(dsn: str, no_url_env: dict[str, st
         dev = subprocess.Popen(_argv("pgfleet dev -c examples/pgfleet.yaml"), cwd=ROOT, env=env,
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while "using the configured database" not in log_path.read_text(errors="replace"):
-            assert time.monotonic() < deadline and dev.poll() is None, log_path.read_text()
-            time.sleep(0.2)
-        time.sleep(1)
+        def supervising() -> bool:
+            text = log_path.read_text(errors="replace")
+            assert dev.poll() is None, text
+            # Its stop handlers are in place once it says it is starting.
+            return "using the configured database" in text and " starting: " in text
+
+        wait_for(supervising, timeout=30)
         dev.send_signal(signal.SIGTERM)
         assert dev.wait(60) == 0, log_path.read_text()
     finally:

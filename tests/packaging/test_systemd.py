@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import configparser
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from pgfleet.config import SupervisorConfig
 from pgfleet.core.durations import parse_duration
+from tests.support.tools import find_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "config" / "systemd" / "pgfleet.service"
@@ -38,7 +37,8 @@ def test_unit_stops_cleanly_and_restarts_on_failure() -> None:
 
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     # verify insists that ExecStart exists: point it at this environment's pgfleet.
-    pgfleet = shutil.which("pgfleet") or str(Path(sys.executable).parent / "pgfleet")
+    pgfleet = find_tool("pgfleet")
+    assert pgfleet, "no pgfleet script beside the interpreter nor on PATH: pip install -e ."
     unit = tmp_path / "pgfleet.service"
     unit.write_text(UNIT.read_text().replace("/opt/pgfleet/bin/pgfleet", pgfleet))
     result = subprocess.run(["systemd-analyze", "verify", str(unit)],

@@ -35,13 +35,17 @@ def test_a_stop_sent_while_the_child_is_still_forking_is_kept_for_it(
     def slow_keep(into: list[int], *args: Any) -> None:
         # The child is slow to get its handlers in place: the parent stops it meanwhile.
         os.write(ready_write, b"x")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the window the parent's TERM must land in
         keep(into, *args)
 
     monkeypatch.setattr(child, "keep_stops", slow_keep)
     pid = child.fork_keeping_stops()
     if pid == 0:
-        time.sleep(0.1)  # any signal held back is delivered by now
+        # A signal held back is delivered once the mask is restored: wait for it (a
+        # child that lost it exits 10 after the bound).
+        deadline = time.monotonic() + 10
+        while not child.EARLY_STOPS and time.monotonic() < deadline:
+            time.sleep(0.005)
         os._exit(10 + len(child.EARLY_STOPS))
     os.read(ready_read, 1)
     os.kill(pid, signal.SIGTERM)
