@@ -20,13 +20,13 @@ import os
 import random
 import select
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 from setproctitle import setproctitle
 
+from pgfleet.runtime import logs
 from pgfleet.runtime.beacon import Beacon
 from pgfleet.runtime.exit_codes import EXIT_CRASHED, EXIT_PARENT_GONE
 from pgfleet.runtime.process_groups import kill_job_processes, kill_rest_of_group
@@ -245,14 +245,14 @@ def follow_parent_death(sig: int = signal.SIGINT) -> None:
         pass
 
 
-def exit_now(code: int) -> None:
+def exit_now(code: int, drain: float = 0.2) -> None:
     """End this process at once, from any thread: the processes its jobs started (its
     threads' children in its group, and the rest of its group when it leads one) go
-    first, so none outlives it."""
+    first, so none outlives it. The log lines waiting get a moment to be written; the
+    std streams are not flushed, since a reader that stopped would block the exit."""
     kill_job_processes()
     kill_rest_of_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    logs.drain(drain)
     os._exit(code)
 
 
@@ -310,4 +310,4 @@ def run_child(title: str, body: Callable[[], int]) -> None:
         log.exception("%s failed", title)
         code = EXIT_CRASHED
     finally:
-        exit_now(code)
+        exit_now(code, drain=logs.EXIT_DRAIN)
