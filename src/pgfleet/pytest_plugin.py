@@ -4,13 +4,20 @@ test, for tests that enqueue and run jobs with pgfleet.testing.run_jobs.
 The server comes from `--pgfleet-server` or PGFLEET_TEST_SERVER (a URL of a database to
 connect to for CREATE DATABASE, default "dbname=postgres" with the usual PG* variables);
 its role needs CREATEDB. One template database is migrated per session; each test gets a
-copy of it, dropped afterwards."""
+copy of it, dropped afterwards.
+
+A password in that URL moves to a passfile of the session (mode 0600, removed at the end),
+so the URLs the fixtures hand out hold none: pytest prints a failing test's arguments, and
+a setup error's traceback the driver's, and neither may show the password."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,6 +26,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgfleet.sql import migrate as migrations
+from pgfleet.sql.db import redact_dsn, scrub
 
 DEFAULT_SERVER = "dbname=postgres"
 
@@ -35,6 +43,9 @@ class Server:
     def __init__(self, url: str) -> None:
         self.url = url
         self.template: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Server({redact_dsn(self.url)!r})"
 
     def url_of(self, dbname: str) -> str:
         params: dict[str, Any] = {**conninfo_to_dict(self.url), "dbname": dbname}
@@ -62,14 +73,40 @@ class Server:
         return self.template
 
 
+def without_password(url: str, folder: Path) -> str:
+    """`url` with its password, if it has one, moved to a passfile in `folder`."""
+    try:
+        params: dict[str, Any] = conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        raise pytest.UsageError(f"the pgfleet test server URL {redact_dsn(url)}: "
+                                f"{scrub(str(exc), url)}") from None
+    password = params.pop("password", None)
+    if password is None:
+        return url
+    if "\n" in password or "\r" in password:
+        raise pytest.UsageError("the pgfleet test server's password holds a line break, "
+                                "which a passfile cannot; give it in PGPASSFILE instead")
+    escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+    passfile = folder / "pgpass"
+    fd = os.open(passfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        # Every host, port, database and user: the file serves these URLs alone.
+        out.write(f"*:*:*:*:{escaped}\n")
+    return make_conninfo("", **{**params, "passfile": str(passfile)})
+
+
 @pytest.fixture(scope="session")
 def pgfleet_server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    url = (request.config.getoption("--pgfleet-server")
-           or os.environ.get("PGFLEET_TEST_SERVER") or DEFAULT_SERVER)
-    server = Server(url)
-    yield server
-    if server.template is not None:
-        server.drop(server.template)
+    folder = Path(tempfile.mkdtemp(prefix="pgfleet-test-"))
+    try:
+        server = Server(without_password(
+            request.config.getoption("--pgfleet-server")
+            or os.environ.get("PGFLEET_TEST_SERVER") or DEFAULT_SERVER, folder))
+        yield server
+        if server.template is not None:
+            server.drop(server.template)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import sys
 import urllib.request
 import uuid
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from tests.faults import books
 from tests.faults.conftest import Db
 from tests.faults.helpers import create_runtime_role, enqueue, mixed_batch, wait_settled
-from tests.support.cluster import free_port
+from tests.support.cluster import Cluster, free_port
 from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.faults
@@ -98,3 +99,55 @@ def test_password_never_shows(db: Db, cfleet: Callable[..., Fleet], tmp_path: Pa
         assert word not in everything, everything[max(0, everything.find(word) - 500):][:1000]
     books.check(url, ids)
 
+
+
+PLUGIN_SUITE = '''
+import psycopg
+
+
+def test_uses_the_database(pgfleet_dsn):
+    with psycopg.connect(pgfleet_dsn) as conn:
+        assert conn.execute("SELECT current_user").fetchone()[0] == ROLE
+    print("the URL:", pgfleet_dsn, repr(pgfleet_dsn))
+    assert pgfleet_dsn == "something else", pgfleet_dsn
+'''
+
+
+def test_the_pytest_plugin_never_prints_the_servers_password(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """A failing test that uses pgfleet_dsn, printed with its arguments and locals, and a
+    setup error (a role that may not create databases), with the driver's frames."""
+    role, weak = (f"pgfleet_plugin_{uuid.uuid4().hex[:6]}" for _ in range(2))
+    # Pieces no other text holds, joined by what a passfile escapes.
+    pieces = [uuid.uuid4().hex[:8] for _ in range(3)]
+    secret = f"{pieces[0]}:{pieces[1]}\\{pieces[2]}"
+    with cluster.admin() as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN CREATEDB PASSWORD '{secret}'")
+        conn.execute(f"CREATE ROLE {weak} LOGIN PASSWORD '{secret}'")
+    cluster.password_roles += [role, weak]
+    cluster.write_hba()
+    cluster.reload()
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_app.py").write_text(f"ROLE = {role!r}\n" + PLUGIN_SUITE)
+    outputs = []
+    for who in (role, weak):
+        server = (f"host=127.0.0.1 port={cluster.port} dbname=postgres user={who}"
+                  f" password='{secret.replace(chr(92), chr(92) * 2)}'")
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(),
+             "--tb=long", "-l", "-rA", "--pgfleet-server", server, str(suite)],
+            capture_output=True, text=True, timeout=300, cwd=suite,
+            env={k: v for k, v in os.environ.items() if not k.startswith("PG")})
+        outputs.append(done.stdout + done.stderr)
+    assert "1 failed" in outputs[0] and "something else" in outputs[0], outputs[0]
+    assert "1 error" in outputs[1] and "permission denied to create database" in outputs[1], \
+        outputs[1]
+    for text in outputs:
+        for piece in pieces:
+            assert piece not in text, text[max(0, text.find(piece) - 500):][:1000]
+
+
+def plugin_args() -> list[str]:
+    registered = any(e.value == "pgfleet.pytest_plugin" for e in entry_points(group="pytest11"))
+    return [] if registered else ["-p", "pgfleet.pytest_plugin"]

@@ -235,3 +235,77 @@ def test_migrating_does_not_run_a_planted_operator(empty_dsn: str) -> None:
         migrations.migrate(empty_dsn)
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
             assert trap_hits(conn) == []
+
+
+def test_every_pgfleet_function_pins_its_search_path(owner_dsn: str) -> None:
+    # Every function of the schema, whatever file or migration made it: one that resolves
+    # names through its caller's search_path can be redirected by whoever creates in a
+    # schema on that path.
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT p.oid::regprocedure::text, p.proconfig FROM pg_catalog.pg_proc p"
+            " WHERE p.pronamespace = 'pgfleet'::regnamespace ORDER BY 1").fetchall()
+    assert len(rows) >= 20
+    unpinned = [name for name, config in rows
+                if not any(setting.startswith("search_path=pg_catalog")
+                           for setting in config or [])]
+    assert unpinned == []
+
+
+# Exact-type functions beat pg_catalog's `VARIADIC "any"` ones wherever their schema is on
+# the path, even behind pg_catalog; pg_notify(text, text) wherever it comes first.
+HOSTILE_FUNCTIONS = """
+CREATE TABLE public.hostile_hits (fn text NOT NULL);
+GRANT INSERT, SELECT ON public.hostile_hits TO PUBLIC;
+CREATE FUNCTION public.jsonb_build_object(text, integer, text, timestamptz, text, text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.hostile_hits VALUES ('jsonb_build_object');
+    RETURN pg_catalog.jsonb_build_object($1, $2, $3, $4, $5, $6);
+END;
+$$;
+CREATE FUNCTION public.jsonb_build_array(jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.hostile_hits VALUES ('jsonb_build_array');
+    RETURN pg_catalog.jsonb_build_array($1);
+END;
+$$;
+CREATE FUNCTION public.pg_notify(text, text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.hostile_hits VALUES ('pg_notify');
+    PERFORM pg_catalog.pg_notify($1, $2);
+END;
+$$;
+"""
+
+
+def test_a_planted_exact_type_function_is_not_called(owner_dsn: str, roles: Roles) -> None:
+    attacker = roles("attacker")
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        conn.execute(f'GRANT CREATE, USAGE ON SCHEMA public TO "{attacker}"')
+    with psycopg.connect(role_dsn(owner_dsn, attacker), autocommit=True) as conn:
+        conn.execute(HOSTILE_FUNCTIONS.encode())
+    # pg_catalog first on the caller's path, as pgfleet's connections have it: the
+    # planted functions are live all the same.
+    with psycopg.connect(owner_dsn, autocommit=True,
+                         options="-c search_path=pg_catalog,public") as conn:
+        conn.execute("SELECT jsonb_build_array(jsonb_build_object("
+                     "'attempt', 1, 'at', now(), 'error', 'e'::text))")
+        assert [r[0] for r in conn.execute("SELECT fn FROM public.hostile_hits")] \
+            == ["jsonb_build_object", "jsonb_build_array"], "not live"
+        conn.execute("DELETE FROM public.hostile_hits")
+        conn.execute("SELECT * FROM pgfleet.failed_attempt(1, 3, now(), '[]', 'boom', 5)")
+        conn.execute("SELECT * FROM pgfleet.failed_attempt(3, 3, now(), '[]', 'boom')")
+        conn.execute("SELECT pgfleet.notify_queue('default')")
+        job_id = one(conn, "SELECT pgfleet.enqueue('noop')")[0]
+        assert conn.execute("SELECT fn FROM public.hostile_hits").fetchall() == []
+    with psycopg.connect(owner_dsn, autocommit=True,
+                         options="-c search_path=public,pg_catalog") as conn:
+        conn.execute("SELECT pg_notify('c', 'p')")
+        assert [r[0] for r in conn.execute("SELECT fn FROM public.hostile_hits")] \
+            == ["pg_notify"], "not live"
+        conn.execute("DELETE FROM public.hostile_hits")
+        conn.execute("SELECT * FROM pgfleet.failed_attempt(1, 3, now(), '[]', 'boom', 5)")
+        conn.execute("SELECT pgfleet.notify_queue('default')")
+        assert conn.execute("SELECT fn FROM public.hostile_hits").fetchall() == []
+    assert pg_state(owner_dsn, job_id) == "queued"

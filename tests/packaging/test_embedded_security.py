@@ -9,6 +9,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,24 +111,141 @@ def test_another_local_user_cannot_connect(folder: Path) -> None:
         server.stop()
 
 
-def test_root_gets_a_fresh_unpredictable_folder_when_the_server_cannot_reach_here(
+def test_the_servers_own_account_cannot_connect(folder: Path) -> None:
+    # SERVER owns run/ and so reaches the socket, as does every process running as that
+    # account; peer authentication maps only the account that ran `pgfleet dev`.
+    root = folder / "embedded"
+    server = embedded.start(root)
+    try:
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+        psql = str(embedded.binaries() / "psql")
+        if not embedded._reachable(Path(psql), pwd.getpwnam(SERVER), execute=True):
+            psql = shutil.which("psql") or "psql"
+        for user in ("postgres", SERVER, "root"):
+            url = server.dsn.replace("postgresql://postgres@", f"postgresql://{user}@")
+            attempt = subprocess.run(
+                ["runuser", "-u", SERVER, "--", psql, "-w", url, "-c", "SELECT 1"],
+                capture_output=True, text=True, timeout=30, cwd="/")
+            assert attempt.returncode != 0, attempt.stdout
+            assert "Peer authentication failed" in attempt.stderr, attempt.stderr
+    finally:
+        server.stop()
+
+
+def dev_command(project: Path) -> subprocess.CompletedProcess[str]:
+    """`pgfleet dev` with no database URL, as root, in `project`."""
+    config = project / "pgfleet.yaml"
+    config.write_text("queues:\n  default: {}\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PGFLEET_DATABASE_URL", "DATABASE_URL", embedded.ENV_DIR)}
+    return subprocess.run([sys.executable, "-m", "pgfleet", "dev", "-c", str(config)],
+                          capture_output=True, text=True, timeout=60, cwd=project,
+                          env={**env, embedded.ENV_USER: SERVER})
+
+
+def victim_file(folder: Path) -> Path:
+    victim = folder / "victim.conf"
+    victim.write_text("root's own\n")
+    return victim
+
+
+def test_a_planted_gitignore_link_is_never_written_through(folder: Path) -> None:
+    # Another account made .pgfleet first and planted .gitignore -> a file of root's.
+    victim = victim_file(folder)
+    project = folder / "project"
+    project.mkdir()
+    planted = project / ".pgfleet"
+    planted.mkdir()
+    (planted / ".gitignore").symlink_to(victim)
+    outsider = pwd.getpwnam(OUTSIDER)
+    os.chown(planted, outsider.pw_uid, outsider.pw_gid)
+    done = dev_command(project)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"pgfleet: error: refusing {planted}: it belongs to uid {outsider.pw_uid}, not to "
+        f"this account; remove it or set {embedded.ENV_DIR} to another folder")
+    assert victim.read_text() == "root's own\n"
+    assert not (planted / "embedded").exists()
+    # Root's, but writable by everyone: anything in it may be planted.
+    os.chown(planted, 0, 0)
+    planted.chmod(0o777)
+    done = dev_command(project)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"pgfleet: error: refusing {planted}: other accounts may write in it (mode 0777)")
+    assert victim.read_text() == "root's own\n"
+    # Root's and private, with a link left in it: the link is neither followed nor
+    # replaced.
+    planted.chmod(0o755)
+    embedded.make_root(planted / "embedded", 0o700)
+    assert victim.read_text() == "root's own\n"
+    assert (planted / ".gitignore").is_symlink()
+
+
+def test_a_gitignore_is_written_in_a_new_pgfleet_folder(folder: Path) -> None:
+    project = folder / "project"
+    project.mkdir()
+    embedded.make_root(project / ".pgfleet" / "embedded", 0o700)
+    made = project / ".pgfleet"
+    assert (made / ".gitignore").read_text() == "*\n"
+    assert (made.stat().st_uid, made.stat().st_mode & 0o777) == (0, 0o711)
+    assert (made / "embedded").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_planted_location_file_redirects_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A root-owned folder elsewhere, and a file naming it where an older pgfleet looked
+    # for the server's folder: nothing there may be chmodded or handed to SERVER.
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    (victim / "keep.txt").write_text("mine\n")
+    before = snapshot(victim)
+    project = tmp_path / "project"  # under pytest's 0700 folder: the server cannot enter
+    (project / ".pgfleet").mkdir(parents=True)
+    (project / ".pgfleet" / "embedded.location").write_text(f"{victim}\n")
+    monkeypatch.chdir(project)
+    monkeypatch.delenv(embedded.ENV_DIR, raising=False)
+    user = pwd.getpwnam(SERVER)
+    root = embedded.default_root(user)
+    assert root != victim
+    try:
+        embedded._prepare_root(root, user)
+        assert snapshot(victim) == before
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_root_gets_a_folder_of_its_own_when_the_server_cannot_reach_here(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project = tmp_path / "project"  # under pytest's 0700 folder: the server cannot enter
     project.mkdir()
     monkeypatch.chdir(project)
     monkeypatch.delenv(embedded.ENV_DIR, raising=False)
     user = pwd.getpwnam(SERVER)
-    first = embedded.default_root(user, create=True)
+    first = embedded.default_root(user)
+    assert first.parent == Path("/var/tmp") and first.name.startswith("pgfleet-embedded-0-")
+    # Found again by the other commands (`pgfleet dev --url`, examples/burst.py).
+    assert embedded.default_root(user) == first
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert embedded.default_root(user) != first
+    monkeypatch.chdir(project)
+    # Its name can be guessed, so it can be planted: then it is refused, never used.
+    first.mkdir(mode=0o777)
+    outsider = pwd.getpwnam(OUTSIDER)
     try:
-        assert first.parent == Path("/var/tmp") and first.name.startswith("pgfleet-embedded-")
-        assert first.stat().st_uid == 0 and not first.is_symlink()
-        # Found again by the other commands (`pgfleet dev --url`, examples/burst.py).
-        assert embedded.default_root(user) == first
-        other = tmp_path / "other"
-        other.mkdir()
-        monkeypatch.chdir(other)
-        second = embedded.default_root(user, create=True)
-        assert second != first  # not derived from anything another user can predict
-        second.rmdir()
-    finally:
+        os.chown(first, outsider.pw_uid, outsider.pw_gid)
+        before = snapshot(first)
+        start_expecting_refusal(first, f"belongs to uid {outsider.pw_uid}")
+        assert snapshot(first) == before
+        os.chown(first, 0, 0)
         first.rmdir()
+        first.symlink_to(tmp_path)
+        start_expecting_refusal(first, "symbolic link")
+    finally:
+        if first.is_symlink():
+            first.unlink()
+        else:
+            shutil.rmtree(first, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Compaction of dead processes' metric files keeps every total (FAULTS H3)."""
+"""Compaction of dead processes' metric files keeps every total (FAULTS H3); the directory
+of those files is pgfleet's own or refused."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from pgfleet.metrics import files as metrics_files
+from pgfleet.runtime import metrics_dir as metrics_dirs
 from pgfleet.runtime.private_dirs import RefusedDirectory
 
 
@@ -89,13 +91,96 @@ def test_an_interrupted_compaction_is_finished_by_the_next(tmp_path: Path) -> No
 
 def test_a_given_directory_is_made_private_and_emptied(tmp_path: Path) -> None:
     fresh = tmp_path / "new" / "prom"
-    metrics_files.fresh_directory(fresh)
+    metrics_dirs.fresh_directory(fresh)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
     (fresh / "counter_1.db").write_bytes(b"old")
     (fresh / "leftover").mkdir()
     fresh.chmod(0o755)
-    metrics_files.fresh_directory(fresh)
-    assert list(fresh.iterdir()) == [] and stat.S_IMODE(fresh.stat().st_mode) == 0o700
+    metrics_dirs.fresh_directory(fresh)
+    assert [p.name for p in fresh.iterdir()] == [metrics_dirs.MARKER]
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
+
+
+def test_an_unmarked_directory_is_refused_and_nothing_in_it_touched(tmp_path: Path) -> None:
+    # An application's folder named by mistake: pgfleet did not make it, so it is never
+    # emptied, made 0700 nor removed.
+    app = tmp_path / "app"
+    app.mkdir(mode=0o755)
+    (app / "uploads").mkdir()
+    (app / "uploads" / "a.txt").write_text("keep")
+    (app / "counter_1.db").write_bytes(b"looks like ours")
+    before = sorted((str(p), p.stat().st_mode) for p in [app, *app.rglob("*")])
+    with pytest.raises(RefusedDirectory, match=f"refusing {app}: it is not empty"):
+        metrics_dirs.fresh_directory(app)
+    out = run_with_multiproc_dir(tmp_path, app)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"pgfleet: error: PROMETHEUS_MULTIPROC_DIR: refusing {app}: it is not empty and has "
+        f"no {metrics_dirs.MARKER} of pgfleet's, so it is not a metrics directory pgfleet "
+        "made; name a new or empty one"]
+    assert sorted((str(p), p.stat().st_mode) for p in [app, *app.rglob("*")]) == before
+
+
+def test_a_planted_or_foreign_marker_does_not_make_a_directory_ours(tmp_path: Path) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "keep.txt").write_text("keep")
+    (app / metrics_dirs.MARKER).write_text("not pgfleet's\n")
+    with pytest.raises(RefusedDirectory, match="not empty"):
+        metrics_dirs.fresh_directory(app)
+    (app / metrics_dirs.MARKER).unlink()
+    made = tmp_path / "made"
+    metrics_dirs.fresh_directory(made)
+    (app / metrics_dirs.MARKER).symlink_to(made / metrics_dirs.MARKER)
+    with pytest.raises(RefusedDirectory, match="not empty"):
+        metrics_dirs.fresh_directory(app)
+    assert (app / "keep.txt").read_text() == "keep"
+
+
+def test_only_a_directory_this_run_created_is_removed_at_the_end(tmp_path: Path) -> None:
+    made = metrics_dirs.fresh_directory(tmp_path / "new")
+    assert made.created
+    (made.path / "counter_1.db").write_bytes(b"x")
+    metrics_dirs.release(made)
+    assert not made.path.exists()
+    # An empty directory given to pgfleet (a mount point, RuntimeDirectory=) is used and
+    # emptied at the end, but stays.
+    given = tmp_path / "given"
+    given.mkdir()
+    used = metrics_dirs.fresh_directory(given)
+    assert not used.created
+    (given / "counter_1.db").write_bytes(b"x")
+    metrics_dirs.release(used)
+    assert given.is_dir() and list(given.iterdir()) == []
+    # Taken over by a later run (a new token): the first run's end leaves it alone.
+    first = metrics_dirs.fresh_directory(tmp_path / "shared")
+    second = metrics_dirs.fresh_directory(tmp_path / "shared")
+    (second.path / "counter_2.db").write_bytes(b"x")
+    metrics_dirs.release(first)
+    assert (second.path / "counter_2.db").exists()
+    metrics_dirs.release(second)
+    # The directory was replaced by a link or someone else's folder: nothing is followed.
+    gone = metrics_dirs.fresh_directory(tmp_path / "gone")
+    for entry in gone.path.iterdir():
+        entry.unlink()
+    gone.path.rmdir()
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep.txt").write_text("keep")
+    gone.path.symlink_to(target)
+    metrics_dirs.release(gone)
+    assert (target / "keep.txt").read_text() == "keep" and gone.path.is_symlink()
+
+
+def test_pgfleet_run_leaves_an_app_directory_in_place(tmp_path: Path) -> None:
+    # A run that got as far as the supervisor removed the directory it had emptied; one
+    # that is refused must change nothing at all.
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "settings.py").write_text("keep")
+    out = run_with_multiproc_dir(tmp_path, app)
+    assert out.returncode == 2, out.stderr
+    assert (app / "settings.py").read_text() == "keep"
 
 
 def run_with_multiproc_dir(tmp_path: Path, folder: Path) -> subprocess.CompletedProcess[str]:
@@ -115,7 +200,7 @@ def test_a_given_directory_that_is_a_link_is_refused_and_its_target_untouched(
     link = tmp_path / "prom"
     link.symlink_to(target)
     with pytest.raises(RefusedDirectory, match="symbolic link"):
-        metrics_files.fresh_directory(link)
+        metrics_dirs.fresh_directory(link)
     out = run_with_multiproc_dir(tmp_path, link)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
@@ -137,7 +222,7 @@ def test_a_given_directory_of_another_account_is_refused(tmp_path: Path) -> None
     (theirs / "counter_1.db").write_bytes(b"theirs")
     os.chown(theirs, 65534, 65534)
     with pytest.raises(RefusedDirectory, match="belongs to uid 65534"):
-        metrics_files.fresh_directory(theirs)
+        metrics_dirs.fresh_directory(theirs)
     assert (theirs / "counter_1.db").exists() and theirs.stat().st_uid == 65534
 
 

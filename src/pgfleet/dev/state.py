@@ -39,18 +39,23 @@ def record(root: Path, state: DevState) -> None:
     """Write the state file atomically, readable by its owner only."""
     embedded.make_root(root)
     partial = root / f".{STATE_FILE}.{os.getpid()}"
-    partial.unlink(missing_ok=True)
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(asdict(state), out)
-    os.replace(partial, root / STATE_FILE)
+    try:
+        partial.unlink(missing_ok=True)
+        # O_EXCL and O_NOFOLLOW: never written through a link planted at that name.
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(asdict(state), out)
+        os.replace(partial, root / STATE_FILE)
+    except OSError as exc:
+        raise embedded.EmbeddedError(
+            f"cannot write {root / STATE_FILE}: {exc.strerror or exc}") from None
 
 
 def read(root: Path) -> DevState | None:
     """The state of the `pgfleet dev` running in `root`, or None (none recorded, or its
     process is gone)."""
     try:
-        data = json.loads((root / STATE_FILE).read_text())
+        data = json.loads(embedded.read_nofollow(root / STATE_FILE))
         state = DevState(pid=int(data["pid"]), dsn=str(data["dsn"]),
                          shutdown_timeout=float(data["shutdown_timeout"]))
     except (OSError, ValueError, KeyError, TypeError):

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import struct
 from collections import defaultdict
 from pathlib import Path
 
 from prometheus_client.mmap_dict import MmapedDict
-
-from pgfleet.runtime.private_dirs import private_dir
 
 _DEAD_CANDIDATE = re.compile(r"^(counter|histogram)_(\d+)\.db$")
 _MERGING = ".merging"
@@ -29,24 +26,6 @@ _MERGING = ".merging"
 _HEADER = 8
 # Below this many dead files, merging them costs more than reading them.
 COMPACT_AFTER = 20
-
-
-def fresh_directory(directory: str | Path) -> None:
-    """Make `directory` an empty 0700 directory of ours for a new run. Every process of
-    the run writes its values there and the exporter serves what it finds: a directory
-    that is a symbolic link or another account's is refused (RefusedDirectory), never
-    followed nor emptied."""
-    folder = Path(directory)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    uid = os.geteuid()
-    private_dir(folder, owner=(uid, os.getegid()), mode=0o700, allowed={uid})
-    for entry in folder.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

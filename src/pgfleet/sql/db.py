@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any
 from urllib.parse import unquote
 
 import psycopg
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from setproctitle import getproctitle
 
@@ -18,22 +20,54 @@ from pgfleet.errors import DatabaseUnavailable
 # is ambiguous (no password but an "@" further on) more is hidden, never less.
 _URL = re.compile(r"\s*[a-z][a-z0-9+.-]*://", re.I)
 _URL_PASSWORD = re.compile(r"\s*[a-z][a-z0-9+.-]*://[^:@]*:(?P<pw>.*)@", re.I | re.S)
-_QUERY_PASSWORD = re.compile(r"[?&]password=(?P<pw>[^&]*)", re.I)
-# key=value conninfo as libpq reads it: a value is single-quoted, or runs to whitespace;
-# a backslash escapes the next character in both.
-_KV_PASSWORD = re.compile(
-    r"(?<![\w.])password\s*=\s*(?P<pw>'(?:[^'\\]|\\.)*(?:'|$)|(?:\\.|[^\s\\])+)",
-    re.I | re.S,
-)
+# The parameters that hold a secret.
+_SECRET_KEYS = r"(?:ssl)?password|oauth_client_secret"
+# Delimiters libpq or a reader may cut a password at; what lies between two is a fragment.
+_FRAGMENT_SPLIT = re.compile(r"[@:/?&=#%,;\s'\"\\]+")
+# A fragment this long is hidden wherever it stands; a shorter one only inside quotes,
+# where libpq and psycopg echo what they parsed: hiding a letter or two in running text
+# would spell the password out ("o***tion").
+_FRAGMENT_MIN = 3
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+@functools.cache
+def _keywords() -> str:
+    """libpq's parameter names as an alternation: a value left unquoted runs on, across
+    "&" in a URL's query or across spaces in key=value form, until one of them follows,
+    because libpq cuts it short there and echoes the rest in its error."""
+    names = sorted((o.keyword.decode() for o in pq.Conninfo.get_defaults()), key=len,
+                   reverse=True)
+    return "|".join(map(re.escape, names))
+
+
+@functools.cache
+def _query_password() -> re.Pattern[str]:
+    return re.compile(rf"[?&](?:{_SECRET_KEYS})=(?P<pw>[^&]*(?:&(?!(?:{_keywords()})=)[^&]*)*)",
+                      re.I)
+
+
+@functools.cache
+def _kv_password() -> re.Pattern[str]:
+    # key=value conninfo as libpq reads it: a value is single-quoted, or runs to whitespace;
+    # a backslash escapes the next character in both.
+    word = r"(?:\\.|[^\s\\])+"
+    return re.compile(
+        rf"(?<![\w.])(?:{_SECRET_KEYS})\s*=\s*(?P<pw>'(?:[^'\\]|\\.)*(?:'|$)"
+        rf"|{word}(?:\s+(?!(?:{_keywords()})\s*=){word})*)",
+        re.I | re.S,
+    )
+
+
 _KV_ESCAPE = re.compile(r"\\(.)", re.S)
 
 
 def _password_spans(dsn: str) -> list[tuple[int, int]]:
     """Where passwords stand in `dsn`, overlapping matches merged, in order."""
     if _URL.match(dsn):
-        matches = [*_URL_PASSWORD.finditer(dsn), *_QUERY_PASSWORD.finditer(dsn)]
+        matches = [*_URL_PASSWORD.finditer(dsn), *_query_password().finditer(dsn)]
     else:
-        matches = list(_KV_PASSWORD.finditer(dsn))
+        matches = list(_kv_password().finditer(dsn))
     spans: list[tuple[int, int]] = []
     for start, end in sorted(match.span("pw") for match in matches):
         if spans and start <= spans[-1][1]:
@@ -67,10 +101,42 @@ def dsn_passwords(dsn: str) -> list[str]:
     return sorted((secret for secret in secrets if secret), key=len, reverse=True)
 
 
+def _fragments(secrets: list[str]) -> set[str]:
+    return {part for secret in secrets for part in _FRAGMENT_SPLIT.split(secret) if part}
+
+
 def scrub(text: str, dsn: str | None) -> str:
-    """Remove the password of `dsn` from an arbitrary message (a driver error, say)."""
-    for secret in dsn_passwords(dsn) if dsn else []:
-        text = text.replace(secret, "***")
+    """Remove every trace of `dsn`'s password from an arbitrary message (a driver error,
+    say). libpq cuts a password at an unencoded "@" or "&", or at a space, and quotes the
+    rest back as a host name or a parameter: a quoted part that echoes the password's
+    place in the DSN, or holds a piece of it, is hidden whole."""
+    if not dsn:
+        return text
+    secrets = dsn_passwords(dsn)
+    if not secrets:
+        return text
+    spans = _password_spans(dsn)
+    fragments = _fragments(secrets)
+
+    def echoes_password(inner: str) -> bool:
+        if any(part in inner for part in secrets) or any(
+                len(part) > 1 and part in inner for part in fragments):
+            return True
+        at = dsn.find(inner)
+        while inner and at >= 0:
+            if any(start < at + len(inner) and at < end for start, end in spans):
+                return True
+            at = dsn.find(inner, at + 1)
+        return False
+
+    def hide(quoted: re.Match[str]) -> str:
+        mark = quoted[0][0]
+        return f"{mark}***{mark}" if echoes_password(quoted[0][1:-1]) else quoted[0]
+
+    text = _QUOTED.sub(hide, text)
+    for secret in sorted({*secrets, *fragments}, key=len, reverse=True):
+        if len(secret) >= _FRAGMENT_MIN:
+            text = text.replace(secret, "***")
     return text
 
 
