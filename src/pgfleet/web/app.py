@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -18,7 +17,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pgfleet.errors import DatabaseUnavailable, PgfleetError
-from pgfleet.sql.db import POOLER_ENV, scrub
+from pgfleet.sql.db import scrub, session_kwargs
 from pgfleet.sql.far_times import accept_far_times
 from pgfleet.web import actions, pages
 from pgfleet.web.rendering import render
@@ -46,11 +45,9 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
 
 
 def create_pool(settings: WebSettings) -> ConnectionPool[Any]:
-    kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 5}
-    if os.environ.get(POOLER_ENV, "").lower() == "transaction":
-        # As pgfleet.sql.db.connect: a transaction pooler has no room for prepared statements.
-        # Unprepared statements are planned with their values, so the filters still fold.
-        kwargs["prepare_threshold"] = None
+    # The session setup of every other pgfleet connection: search_path pinned, so an
+    # operator planted in public never runs as the UI's role.
+    kwargs = session_kwargs(settings.dsn, autocommit=True, connect_timeout=5)
     # check: a connection broken by a database restart is replaced before a page gets it,
     # so the first page after the restart is not an error.
     return ConnectionPool(settings.dsn, min_size=1, max_size=4, open=False,
