@@ -3,13 +3,17 @@ rows, a busy pool, weak tokens and guessed credentials."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 
 from tests.support.roles import login_roles, plant_trap, trap_hits
-from tests.web.conftest import WebServer, dead_job, insert_job
+from tests.web.conftest import WebServer, dead_job, insert_job, run_web, write_secret
 
 
 def test_an_operator_planted_in_public_never_runs_in_the_ui(
@@ -26,3 +30,67 @@ def test_an_operator_planted_in_public_never_runs_in_the_ui(
         server.stop()
         with psycopg.connect(dsn, autocommit=True) as conn:
             assert trap_hits(conn) == []
+
+
+@pytest.mark.parametrize(("token", "where"), [
+    ("short-token", "PGFLEET_WEB_TOKEN"), ("0123456789abcde", "PGFLEET_WEB_TOKEN"),
+    ("short-token", "--token-file")])
+def test_a_token_shorter_than_16_characters_is_refused(dsn: str, tmp_path: Path,
+                                                       token: str, where: str) -> None:
+    if where == "--token-file":
+        path = tmp_path / "token"
+        write_secret(path, token + "\n")
+        result = run_web(["--token-file", str(path)], env={"PGFLEET_WEB_TOKEN": ""})
+        where = f"--token-file {path}"
+    else:
+        result = run_web([], env={"PGFLEET_WEB_TOKEN": token})
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"pgfleet: error: {where}: the token has {len(token)} characters, fewer than 16 "
+        "(e.g. `openssl rand -hex 32`)")
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o620])
+@pytest.mark.parametrize("option", ["--token-file", "--basic-auth-file"])
+def test_a_secret_file_open_to_others_is_refused(dsn: str, tmp_path: Path, mode: int,
+                                                 option: str) -> None:
+    path = tmp_path / "secret"
+    path.write_text("ops:a-password-of-some-length\n")
+    path.chmod(mode)
+    result = run_web([option, str(path)])
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"pgfleet: error: {option} {path}: group or others may open it (mode {mode:04o}): "
+        "chmod 600 it")
+
+
+def test_wrong_credentials_are_answered_slowly(web: Callable[..., WebServer],
+                                               dsn: str) -> None:
+    token = "a-token-long-enough-0123"
+    server = web(env={"PGFLEET_WEB_TOKEN": token})
+
+    def guess(n: int) -> int:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            return client.get("/", headers={"Authorization": f"Bearer guess-{n}"}).status_code
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(guess, range(60)))
+    elapsed = time.monotonic() - started
+    assert answers == [401] * 60
+    # Unslowed, this machine answered 302 wrong guesses a second.
+    assert 60 / elapsed < 12, f"{60 / elapsed:.1f} guesses/s"
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        right = time.monotonic()
+        assert client.get("/", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        assert time.monotonic() - right < 2
+
+
+def test_the_csrf_cookie_is_secure_behind_a_proxy(web: Callable[..., WebServer],
+                                                   dsn: str) -> None:
+    for args, secure in (((), False), (("--behind-proxy",), True)):
+        server = web(*args)
+        with httpx.Client(base_url=server.url) as client:
+            cookie = client.get("/").headers["set-cookie"]
+        assert cookie.startswith("pgfleet_csrf=") and "HttpOnly" in cookie
+        assert ("; Secure" in cookie) is secure, cookie
