@@ -3,15 +3,19 @@ rows, a busy pool, weak tokens and guessed credentials."""
 
 from __future__ import annotations
 
+import resource
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
 import pytest
 
+from pgfleet.web.heads import HEAD_DEADLINE
 from tests.support.roles import login_roles, plant_trap, trap_hits
 from tests.web.conftest import WebServer, dead_job, insert_job, run_web, write_secret
 
@@ -94,3 +98,62 @@ def test_the_csrf_cookie_is_secure_behind_a_proxy(web: Callable[..., WebServer],
             cookie = client.get("/").headers["set-cookie"]
         assert cookie.startswith("pgfleet_csrf=") and "HttpOnly" in cookie
         assert ("; Secure" in cookie) is secure, cookie
+
+
+def test_clients_trickling_their_heads_are_cut_and_keep_nobody_out(
+        web: Callable[..., WebServer], dsn: str) -> None:
+    insert_job(dsn)
+    server = web()
+    # As in the outside trial: with 256 descriptors, 300 trickling clients took them all.
+    resource.prlimit(server.proc.pid, resource.RLIMIT_NOFILE, (256, 256))
+    parts = urlsplit(server.url)
+    assert parts.hostname and parts.port
+    opened: list[tuple[socket.socket, float]] = []
+    closed: dict[int, float] = {}
+    try:
+        for _ in range(300):
+            sock = socket.create_connection((parts.hostname, parts.port), timeout=5)
+            sock.setblocking(False)
+            opened.append((sock, time.monotonic()))
+        header = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Slow: " + b"a" * 200
+        started = time.monotonic()
+        answered: list[float] = []
+        sent = 0
+        while time.monotonic() - started < HEAD_DEADLINE + 4 and len(closed) < len(opened):
+            for n, (sock, _) in enumerate(opened):
+                if n not in closed:
+                    trickle(sock, header[sent % len(header):][:1], n, closed)
+            sent += 1
+            if len(answered) < 5:
+                asked = time.monotonic()
+                with httpx.Client(base_url=server.url, timeout=10) as client:
+                    assert client.get("/jobs").status_code == 200
+                answered.append(time.monotonic() - asked)
+            time.sleep(0.5)
+        assert max(answered) < 3, answered
+        assert len(closed) == len(opened), f"{len(opened) - len(closed)} still open"
+        newest_opened = opened[-1][1]
+        lifetime = closed[len(opened) - 1] - newest_opened
+        assert HEAD_DEADLINE - 1 < lifetime < HEAD_DEADLINE + 4, lifetime
+    finally:
+        for sock, _ in opened:
+            sock.close()
+
+
+def trickle(sock: socket.socket, byte: bytes, n: int, closed: dict[int, float]) -> None:
+    """Send one more byte of the head; note when the server has closed the connection."""
+    try:
+        if sock.recv(1024) == b"":
+            closed[n] = time.monotonic()
+            return
+    except BlockingIOError:
+        pass
+    except OSError:
+        closed[n] = time.monotonic()
+        return
+    try:
+        sock.send(byte)
+    except BlockingIOError:
+        pass
+    except OSError:
+        closed[n] = time.monotonic()
