@@ -157,3 +157,36 @@ def trickle(sock: socket.socket, byte: bytes, n: int, closed: dict[int, float]) 
         pass
     except OSError:
         closed[n] = time.monotonic()
+
+
+def test_searches_over_huge_args_never_take_the_pool(web: Callable[..., WebServer],
+                                                     dsn: str) -> None:
+    # 300 producer-sized rows (1 MB of args each): one search over them takes seconds.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("INSERT INTO pgfleet.jobs (task, queue, args) SELECT 'noop', 'default',"
+                     " jsonb_build_object('blob', repeat(md5(g::text), 31250))"
+                     " FROM generate_series(1, 300) g")
+    job_id = dead_job(dsn)
+    server = web()
+
+    def search(n: int) -> httpx.Response:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            return client.get("/jobs", params={"q": f"needle {n}"})
+
+    with ThreadPoolExecutor(6) as pool:
+        searches = [pool.submit(search, n) for n in range(6)]
+        time.sleep(0.5)
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            for path in ("/", f"/jobs/{job_id}", "/schedules", "/jobs?state=dead") * 2:
+                asked = time.monotonic()
+                assert client.get(path).status_code == 200, path
+                assert time.monotonic() - asked < 2, path
+        answers = [future.result() for future in searches]
+    for answer in answers:
+        assert answer.status_code in (200, 503), answer.status_code
+        assert "unreachable" not in answer.text
+        if answer.status_code == 503:
+            assert answer.headers["retry-after"] == "2"
+            assert "busy, try again" in answer.text
+    assert any(answer.status_code == 503 for answer in answers)

@@ -13,7 +13,7 @@ from pgfleet.sql import fleet as fleet_store, store
 from pgfleet.status import fleet as status
 from pgfleet.web import forms, lists as queries
 from pgfleet.web.paging import Page, scan_windows, served_by_index
-from pgfleet.web.rendering import clip, pretty, render
+from pgfleet.web.rendering import busy, clip, pretty, render
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
 RECENT_RUNS = 5
@@ -42,6 +42,18 @@ def jobs(request: Request) -> Response:
     if problems:
         return render(request, "message.html", 400, title="Bad filter", live=False,
                       message="; ".join(problems))
+    searches = request.app.state.searches
+    if where.text and not searches.acquire(blocking=False):
+        return busy(request, "Other text searches are running; each reads whole rows.")
+    try:
+        return _jobs_page(request, where, job_id, before)
+    finally:
+        if where.text:
+            searches.release()
+
+
+def _jobs_page(request: Request, where: queries.JobFilter, job_id: int | None,
+               before: int | None) -> Response:
     limit = request.app.state.settings.page_size
     with request.app.state.pool.connection() as conn:
         if job_id is not None:
