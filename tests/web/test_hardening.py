@@ -190,3 +190,36 @@ def test_searches_over_huge_args_never_take_the_pool(web: Callable[..., WebServe
             assert answer.headers["retry-after"] == "2"
             assert "busy, try again" in answer.text
     assert any(answer.status_code == 503 for answer in answers)
+
+
+def peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+def test_a_job_of_tens_of_megabytes_is_clipped_before_it_reaches_the_ui(
+        web: Callable[..., WebServer], dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")
+        row = conn.execute(
+            "INSERT INTO pgfleet.jobs (task, queue, state, args, errors) SELECT 'noop',"
+            " 'default', 'dead', jsonb_build_object('blob', repeat(md5('a'), 625000)),"
+            " jsonb_build_array(jsonb_build_object('attempt', 1, 'error',"
+            " repeat(md5('b'), 625000))) RETURNING id").fetchone()
+    assert row is not None
+    server = web()
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        assert client.get("/").status_code == 200
+    before = peak_rss_mb(server.proc.pid)
+
+    def view(_: int) -> httpx.Response:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            return client.get(f"/jobs/{row[0]}")
+
+    with ThreadPoolExecutor(6) as pool:
+        pages = list(pool.map(view, range(6)))
+    for page in pages:
+        assert page.status_code == 200 and "more characters)" in page.text
+        assert len(page.content) < 500_000
+    # Six views of 40 MB each, read whole, grew the process by hundreds of megabytes.
+    assert peak_rss_mb(server.proc.pid) - before < 60
