@@ -97,6 +97,12 @@ def page(browser: Any) -> Iterator[Any]:
     context.close()
 
 
+def write_secret(path: Path, text: str) -> None:
+    """A secret file as the UI wants it: readable by its owner only."""
+    path.write_text(text)
+    path.chmod(0o600)
+
+
 def insert_job(dsn: str, legacy: bool = False, **fields: Any) -> int:
     """A job row with exactly these columns (a hand-written row, as the fault tests do);
     an explicit id overrides the identity, so a test can spread ids without setval.

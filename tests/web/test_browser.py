@@ -137,7 +137,7 @@ def test_a_post_without_the_csrf_token_is_refused(
 
 def test_auth_is_required_on_a_non_loopback_address(
         web: Callable[..., WebServer], dsn: str, browser: Any) -> None:
-    server = web("--listen", "0.0.0.0:0", env={"PGFLEET_WEB_TOKEN": "tok-123"})
+    server = web("--listen", "0.0.0.0:0", env={"PGFLEET_WEB_TOKEN": "tok-123-long-enough"})
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     anonymous = browser.new_context()
     try:
@@ -147,7 +147,8 @@ def test_auth_is_required_on_a_non_loopback_address(
         assert anonymous.request.get(url).status == 401
     finally:
         anonymous.close()
-    signed_in = browser.new_context(http_credentials={"username": "ops", "password": "tok-123"})
+    signed_in = browser.new_context(
+        http_credentials={"username": "ops", "password": "tok-123-long-enough"})
     try:
         tab = signed_in.new_page()
         assert tab.goto(url).status == 200

@@ -53,3 +53,32 @@ def test_dev_prints_the_url_of_the_ui_it_runs(dsn: str, tmp_path: Path) -> None:
         if dev.poll() is None:
             os.killpg(dev.pid, signal.SIGKILL)
             dev.wait(10)
+
+
+def test_dev_runs_no_ui_when_the_file_turns_it_off(dsn: str, tmp_path: Path) -> None:
+    config = tmp_path / "pgfleet.yaml"
+    config.write_text("tasks: [tests.support.tinytasks]\n"
+                      "queues: {default: {processes: 1}}\n"
+                      "web: {enabled: false}\n")
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(PGFLEET_DATABASE_URL=dsn, PGFLEET_METRICS_LISTEN="127.0.0.1:0",
+               PGFLEET_EMBEDDED_DIR=str(tmp_path / "embedded"))
+    log_path = tmp_path / "dev.log"
+    with open(log_path, "wb") as log:
+        dev = subprocess.Popen(
+            [sys.executable, "-m", "pgfleet", "dev", "-c", str(config)], cwd=ROOT,
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def output() -> str:
+        return log_path.read_text(errors="replace")
+
+    try:
+        wait_for(lambda: "started on queue" in output() or dev.poll() is not None,
+                 timeout=60)
+        dev.send_signal(signal.SIGTERM)
+        assert dev.wait(60) == 0, output()
+        assert "web UI" not in output() and "spawned web" not in output(), output()
+    finally:
+        if dev.poll() is None:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait(10)

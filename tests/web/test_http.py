@@ -11,7 +11,14 @@ import httpx
 import psycopg
 import pytest
 
-from tests.web.conftest import WebServer, dead_job, insert_job, job_state, run_web
+from tests.web.conftest import (
+    WebServer,
+    dead_job,
+    insert_job,
+    job_state,
+    run_web,
+    write_secret,
+)
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 
@@ -162,19 +169,19 @@ def test_a_non_loopback_bind_needs_a_token_or_basic_auth(
     named = run_web(["--listen", "ops-box.example:0"])
     assert named.returncode == 2 and "is not a loopback address" in named.stderr
 
-    server = web("--listen", "0.0.0.0:0", env={"PGFLEET_WEB_TOKEN": "s3cret-token"})
+    server = web("--listen", "0.0.0.0:0", env={"PGFLEET_WEB_TOKEN": "s3cret-token-abcdef"})
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     with httpx.Client(base_url=url) as client:
         denied = client.get("/")
         assert denied.status_code == 401 and "Basic" in denied.headers["www-authenticate"]
         assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
-        assert client.get("/", headers={"Authorization": "Bearer s3cret-token"}
+        assert client.get("/", headers={"Authorization": "Bearer s3cret-token-abcdef"}
                           ).status_code == 200
-        assert client.get("/", auth=("anyone", "s3cret-token")).status_code == 200
+        assert client.get("/", auth=("anyone", "s3cret-token-abcdef")).status_code == 200
         assert client.post("/actions/retry-job", data={"job_id": "1"}).status_code == 401
 
     secret = tmp_path / "basic"
-    secret.write_text("admin:correct horse\n")
+    write_secret(secret, "admin:correct horse\n")
     server = web("--listen", "0.0.0.0:0", "--basic-auth-file", str(secret))
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     with httpx.Client(base_url=url) as client:
@@ -183,12 +190,12 @@ def test_a_non_loopback_bind_needs_a_token_or_basic_auth(
         assert client.get("/", auth=("root", "correct horse")).status_code == 401
 
     token = tmp_path / "token"
-    token.write_text("from-a-file\n")
+    write_secret(token, "from-a-file-0123456\n")
     server = web("--listen", "0.0.0.0:0", "--token-file", str(token),
                  env={"PGFLEET_WEB_BASIC_AUTH": "ops:env-password"})
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     with httpx.Client(base_url=url) as client:
-        assert client.get("/", headers={"Authorization": "Bearer from-a-file"}
+        assert client.get("/", headers={"Authorization": "Bearer from-a-file-0123456"}
                           ).status_code == 200
         assert client.get("/", auth=("ops", "env-password")).status_code == 200
         assert client.get("/").status_code == 401
@@ -216,7 +223,7 @@ def test_bad_settings_are_one_line(dsn: str, args: list[str], env: dict[str, str
 
 def test_an_empty_token_file_is_refused(dsn: str, tmp_path: Path) -> None:
     empty = tmp_path / "token"
-    empty.write_text("\n")
+    write_secret(empty, "\n")
     result = run_web(["--token-file", str(empty)])
     assert result.returncode == 2
     assert result.stderr.strip() == f"pgfleet: error: --token-file {empty}: the file is empty"

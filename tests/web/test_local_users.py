@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.web.conftest import WebServer, dead_job, job_state
+from tests.web.conftest import WebServer, dead_job, job_state, write_secret
 from tests.web.test_http import csrf_of
 
 WARNING = ("pgfleet web: no token or basic auth: every local user of this host can use it "
@@ -33,7 +33,7 @@ def test_a_token_on_loopback_keeps_local_users_out(web: Callable[..., WebServer]
                                                    tmp_path: Path) -> None:
     job = dead_job(dsn)
     token = tmp_path / "token"
-    token.write_text("local-secret\n")
+    write_secret(token, "local-secret-0123456789\n")
     server = web("--token-file", str(token))
     assert server.url.startswith("http://127.0.0.1:")
     with httpx.Client(base_url=server.url) as stranger:
@@ -42,7 +42,7 @@ def test_a_token_on_loopback_keeps_local_users_out(web: Callable[..., WebServer]
         refused = stranger.post("/actions/retry-job",
                                 data={"job_id": str(job), "confirmed": "yes"})
         assert refused.status_code == 401
-    bearer = {"Authorization": "Bearer local-secret"}
+    bearer = {"Authorization": "Bearer local-secret-0123456789"}
     with httpx.Client(base_url=server.url, headers=bearer) as owner:
         assert owner.get("/").status_code == 200
         done = owner.post("/actions/retry-job", data={

@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.fleet import Fleet, alive, config_text
 from tests.support.workers import wait_for
+from tests.web.conftest import write_secret
 
 LISTENING = re.compile(r"web UI listening on (http://\S+)")
 
@@ -119,7 +120,7 @@ def test_check_refuses_a_web_section_that_cannot_work(dsn: str, tmp_path: Path, 
 
 def test_check_accepts_a_public_address_with_a_token_file_beside_the_config(
         dsn: str, tmp_path: Path) -> None:
-    (tmp_path / "web-token").write_text("s3cret-token\n")
+    write_secret(tmp_path / "web-token", "s3cret-token-0123\n")
     config = tmp_path / "pgfleet.yaml"
     config.write_text("queues:\n  default: {}\nweb:\n  listen: 0.0.0.0:8080\n"
                       "  token_file: web-token\n")

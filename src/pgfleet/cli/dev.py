@@ -132,11 +132,14 @@ def _supervise(root: Path, dsn: str, config: Config) -> None:
 
 def _web_ui(config: Config) -> Callable[[Config], Config] | None:
     """With the web extra installed and no `web:` section, the UI runs as one more child
-    on a free loopback port; either way its URL is printed."""
+    on a free loopback port; either way its URL is printed. A section saying
+    `enabled: false` keeps it off."""
     if config.web.enabled:
         host, port = parse_listen(config.web.listen)
         if port:
             click.echo(f"web UI: http://{_shown(host)}:{port}/", err=True)
+        return None
+    if _web_written(config):
         return None
     if any(importlib.util.find_spec(name) is None for name in WEB_EXTRA):
         click.echo("pgfleet dev: pip install 'pgfleet[web]' for a web UI", err=True)
@@ -148,9 +151,15 @@ def _web_ui(config: Config) -> Callable[[Config], Config] | None:
     web = WebConfig(enabled=True, listen=f"127.0.0.1:{port}")
 
     def with_web(read: Config) -> Config:
-        return read if read.web.enabled else read.model_copy(update={"web": web})
+        # A reload that finds a `web:` section takes it as written, `enabled: false` too.
+        return read if _web_written(read) else read.model_copy(update={"web": web})
 
     return with_web
+
+
+def _web_written(config: Config) -> bool:
+    """Does the file have a `web:` section (the model fills in a default without one)?"""
+    return config.web.enabled or "web" in config.model_fields_set
 
 
 def _shown(host: str) -> str:

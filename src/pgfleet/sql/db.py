@@ -190,12 +190,15 @@ def pinned_options(dsn: str, given: str | None = None, *, process: bool = False)
             f"-c plan_cache_mode={PLAN_CACHE_MODE}").strip()
 
 
-def connect(dsn: str, *, autocommit: bool = True, application_name: str | None = None,
-            process: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
-    """Open a connection, turning failures into one password-free line. `process`: the
-    connection of a pgfleet process (worker, maintenance, cron, exporter), whose session
-    the server ends when it idles inside a transaction (PROCESS_IDLE_IN_TRANSACTION); an
-    application's own enqueues may take their time.
+def session_kwargs(dsn: str, *, application_name: str | None = None, process: bool = False,
+                   **kwargs: Any) -> dict[str, Any]:
+    """What every pgfleet connection is opened with, beside the DSN: its name, keepalives,
+    and search_path and plan_cache_mode pinned (or no prepared statements behind a
+    transaction pooler). `connect` and the web UI's pool both open theirs with these, so
+    no connection of pgfleet's finds operators in a schema anyone can create in.
+    `process`: the connection of a pgfleet process (worker, maintenance, cron, exporter),
+    whose session the server ends when it idles inside a transaction
+    (PROCESS_IDLE_IN_TRANSACTION); an application's own enqueues may take their time.
 
     `application_name` is how the server lists the connection (pg_stat_activity); by
     default the process title of a pgfleet process (`pgfleet worker emails 1/2`). It is a
@@ -216,8 +219,16 @@ def connect(dsn: str, *, autocommit: bool = True, application_name: str | None =
         kwargs.setdefault("prepare_threshold", None)
     else:
         kwargs["options"] = pinned_options(dsn, kwargs.get("options"), process=process)
+    return kwargs
+
+
+def connect(dsn: str, *, autocommit: bool = True, application_name: str | None = None,
+            process: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
+    """Open a connection with `session_kwargs`, turning failures into one password-free
+    line."""
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, **kwargs)
+        return psycopg.connect(dsn, autocommit=autocommit, **session_kwargs(
+            dsn, application_name=application_name, process=process, **kwargs))
     except psycopg.OperationalError as exc:
         first_line = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", dsn)
         raise DatabaseUnavailable(

@@ -47,3 +47,33 @@ SELECT s.name, r.fire_time, r.job_id, j.state::text
          WHERE schedule = s.name ORDER BY fire_time DESC LIMIT %(per_schedule)s) r
   LEFT JOIN pgfleet.jobs j ON j.id = r.job_id
  ORDER BY s.name, r.fire_time DESC
+
+-- name: job
+-- One job for its page, clipped here in the database: a hand-written row of tens of
+-- megabytes never reaches the UI's memory whole. Args arrive as the start of their text
+-- with their length; errors as the latest attempts only, each error cut with a note of
+-- how much was left out; an `errors` value that is not a list as the start of its text.
+SELECT id, queue, left(task, %(clip)s) AS task, state::text AS state, priority, run_at,
+       attempt, max_attempts, left(lease_holder, %(clip)s) AS lease_holder,
+       lease_expires_at, created_at, started_at, finished_at,
+       left(last_error, %(clip)s) AS last_error, left(unique_key, %(clip)s) AS unique_key,
+       left(args::text, %(clip)s) AS args, length(args::text) AS args_length,
+       CASE WHEN jsonb_typeof(errors) = 'array' THEN jsonb_array_length(errors) END
+           AS error_count,
+       CASE WHEN jsonb_typeof(errors) = 'array' THEN (
+           SELECT jsonb_agg(CASE
+                  WHEN jsonb_typeof(e -> 'error') = 'string'
+                       AND length(e ->> 'error') > %(clip)s
+                  THEN e || jsonb_build_object('error', left(e ->> 'error', %(clip)s)
+                       || format(E'\n… (%%s more characters)',
+                                 length(e ->> 'error') - %(clip)s))
+                  WHEN length(e::text) > %(clip)s THEN to_jsonb(left(e::text, %(clip)s))
+                  ELSE e END ORDER BY n)::text
+             -- The slice is taken in one call: a condition on each element would
+             -- detoast the whole column again for every one of thousands.
+             FROM jsonb_array_elements(jsonb_path_query_array(
+                      errors, '$[$from to last]', jsonb_build_object(
+                          'from', greatest(0, jsonb_array_length(errors) - %(attempts)s))))
+                  WITH ORDINALITY AS x(e, n))
+       ELSE left(errors::text, %(clip)s) END AS errors
+  FROM pgfleet.jobs WHERE id = %(id)s

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -18,15 +18,20 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pgfleet.errors import DatabaseUnavailable, PgfleetError
-from pgfleet.sql.db import POOLER_ENV, scrub
+from pgfleet.sql.db import scrub, session_kwargs
 from pgfleet.sql.far_times import accept_far_times
 from pgfleet.web import actions, pages
-from pgfleet.web.rendering import render
+from pgfleet.web.rendering import busy, render
 from pgfleet.web.security import Guard
 from pgfleet.web.settings import WebSettings
 
-# A page is a person waiting: a query that takes longer than this is cut off and said so.
-STATEMENT_TIMEOUT_MS = 10_000
+# A page is a person waiting: a query that takes longer than this is cut off and said so,
+# so no read holds one of the pool's connections for longer.
+STATEMENT_TIMEOUT_MS = 3_000
+POOL_SIZE = 4
+# A text search reads whole rows (args of a megabyte each): at most this many run at once,
+# so the other connections of the pool stay free for every other page.
+SEARCHES = 2
 # How long a page waits for a connection before saying the database is unreachable.
 POOL_TIMEOUT = 5.0
 # How long the pool keeps retrying a connection, with doubling waits, before it gives up
@@ -46,14 +51,12 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
 
 
 def create_pool(settings: WebSettings) -> ConnectionPool[Any]:
-    kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 5}
-    if os.environ.get(POOLER_ENV, "").lower() == "transaction":
-        # As pgfleet.sql.db.connect: a transaction pooler has no room for prepared statements.
-        # Unprepared statements are planned with their values, so the filters still fold.
-        kwargs["prepare_threshold"] = None
+    # The session setup of every other pgfleet connection: search_path pinned, so an
+    # operator planted in public never runs as the UI's role.
+    kwargs = session_kwargs(settings.dsn, autocommit=True, connect_timeout=5)
     # check: a connection broken by a database restart is replaced before a page gets it,
     # so the first page after the restart is not an error.
-    return ConnectionPool(settings.dsn, min_size=1, max_size=4, open=False,
+    return ConnectionPool(settings.dsn, min_size=1, max_size=POOL_SIZE, open=False,
                           timeout=POOL_TIMEOUT, reconnect_timeout=RECONNECT_TIMEOUT,
                           kwargs=kwargs, configure=configure_connection,
                           check=ConnectionPool.check_connection, name="pgfleet-web")
@@ -91,13 +94,29 @@ def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -
     )
     app.state.settings = settings
     app.state.pool = the_pool
+    app.state.searches = threading.BoundedSemaphore(SEARCHES)
     return app
+
+
+def _all_lent(pool: ConnectionPool[Any]) -> bool:
+    """Is every connection of the pool lent out (busy), rather than none to be had (the
+    database unreachable)?"""
+    stats = pool.get_stats()
+    return stats.get("pool_size", 0) - stats.get("pool_available", 0) >= pool.max_size
 
 
 async def _database_error(request: Request, exc: Exception) -> Response:
     """A page, not a traceback: what failed, in one line without the password. It stays
     live, so it turns back into the page asked for once the database answers."""
     dsn = request.app.state.settings.dsn
+    # An action that met a busy pool may or may not have happened: said below instead.
+    if request.method == "POST":
+        pass
+    elif isinstance(exc, psycopg.errors.QueryCanceled):
+        return busy(request, f"This page took longer than {STATEMENT_TIMEOUT_MS // 1000} s "
+                             "and was stopped (a narrower filter reads less).")
+    elif isinstance(exc, PoolTimeout) and _all_lent(request.app.state.pool):
+        return busy(request, "Every database connection of the UI is in use.")
     if isinstance(exc, PoolTimeout):
         text = f"no connection could be made within {POOL_TIMEOUT:.0f}s"
     else:

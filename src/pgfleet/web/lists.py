@@ -62,6 +62,14 @@ def newest_id_below(conn: Conn, below: int) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
+def job(conn: Conn, job_id: int, *, clip: int, attempts: int) -> dict[str, Any] | None:
+    """One job for its page, its big fields clipped to `clip` characters in the database
+    and its errors cut to the latest `attempts` (see sql/web.sql)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_statements()["job"], {"id": job_id, "clip": clip,
+                                                  "attempts": attempts}).fetchone()
+
+
 def jobs_page_sql() -> bytes:
     """The statement itself, for EXPLAIN in the tests and the benchmark."""
     return _statements()["jobs_page"]

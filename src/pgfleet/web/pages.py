@@ -9,11 +9,13 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pgfleet.sql import fleet as fleet_store, store
+from pgfleet.core import payload
+from pgfleet.errors import PayloadError
+from pgfleet.sql import fleet as fleet_store
 from pgfleet.status import fleet as status
 from pgfleet.web import forms, lists as queries
 from pgfleet.web.paging import Page, scan_windows, served_by_index
-from pgfleet.web.rendering import clip, pretty, render
+from pgfleet.web.rendering import PRETTY_LIMIT, busy, clip, pretty, render
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
 RECENT_RUNS = 5
@@ -42,6 +44,18 @@ def jobs(request: Request) -> Response:
     if problems:
         return render(request, "message.html", 400, title="Bad filter", live=False,
                       message="; ".join(problems))
+    searches = request.app.state.searches
+    if where.text and not searches.acquire(blocking=False):
+        return busy(request, "Other text searches are running; each reads whole rows.")
+    try:
+        return _jobs_page(request, where, job_id, before)
+    finally:
+        if where.text:
+            searches.release()
+
+
+def _jobs_page(request: Request, where: queries.JobFilter, job_id: int | None,
+               before: int | None) -> Response:
     limit = request.app.state.settings.page_size
     with request.app.state.pool.connection() as conn:
         if job_id is not None:
@@ -91,14 +105,28 @@ def job(request: Request) -> Response:
         return render(request, "message.html", 404, title="No such job", live=False,
                       message="no job has that id: job ids are positive whole numbers")
     with request.app.state.pool.connection() as conn:
-        row = store.get_job(conn, job_id)
+        row = queries.job(conn, job_id, clip=PRETTY_LIMIT, attempts=ATTEMPTS_SHOWN)
     if row is None:
         return render(request, "message.html", 404, title="No such job", live=False,
                       message=f"job {job_id} does not exist (it may have been pruned)")
-    attempts = attempt_errors(row["errors"])
-    return render(request, "job.html", title=f"Job {job_id}", live=True, job=row,
-                  attempts=attempts[-ATTEMPTS_SHOWN:],
-                  attempts_hidden=max(0, len(attempts) - ATTEMPTS_SHOWN))
+    if row["args_length"] > PRETTY_LIMIT:
+        args = f"{row['args']}\n… ({row['args_length'] - PRETTY_LIMIT} more characters)"
+    else:
+        args = pretty(_decoded(row["args"], "args"))
+    errors = _decoded(row["errors"], "errors") if row["errors"] is not None else []
+    attempts = attempt_errors(errors)
+    return render(request, "job.html", title=f"Job {job_id}", live=True, job=row, args=args,
+                  attempts=attempts,
+                  attempts_hidden=max(0, (row["error_count"] or 0) - len(attempts)))
+
+
+def _decoded(text: str, field: str) -> Any:
+    """JSON text as its value, or the text itself when it cannot be decoded safely (cut
+    short, nested too deep): any row can be shown."""
+    try:
+        return payload.load_args(text, len(text), len(text), field=field)
+    except PayloadError:
+        return text
 
 
 def attempt_errors(errors: Any) -> list[dict[str, Any]]:

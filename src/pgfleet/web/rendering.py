@@ -97,3 +97,16 @@ def render(request: Request, body: str, status: int = 200, **context: Any) -> HT
     if request.headers.get(FRAGMENT_HEADER) == "1":
         return HTMLResponse(env.get_template(body).render(context), status)
     return HTMLResponse(env.get_template("page.html").render(context, body=body), status)
+
+
+# How long a busy page asks to be left before it is asked again.
+RETRY_AFTER_SECONDS = 2
+
+
+def busy(request: Request, why: str) -> HTMLResponse:
+    """503 with Retry-After: the database is there, the UI has no room for this request
+    now. Never "unreachable", which would send the reader after the wrong problem."""
+    response = render(request, "message.html", 503, title="Busy", live=True,
+                      message=f"The UI is busy, try again in a few seconds. {why}")
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response

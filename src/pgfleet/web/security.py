@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -32,6 +33,10 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
+
+# Wrong credentials are answered one at a time, each after this long, however many
+# connections send them: at most 10 guesses a second reach an answer.
+FAILURE_DELAY = 0.1
 
 Next = Callable[[Request], Awaitable[Response]]
 
@@ -108,6 +113,7 @@ class Guard(BaseHTTPMiddleware):
     def __init__(self, app: ASGIApp, settings: WebSettings) -> None:
         super().__init__(app)
         self.settings = settings
+        self.failures = asyncio.Lock()
 
     async def dispatch(self, request: Request, call_next: Next) -> Response:
         started = time.perf_counter()
@@ -123,6 +129,9 @@ class Guard(BaseHTTPMiddleware):
         if not self.settings.has_auth and not host_is_loopback(request.headers.get("host", "")):
             return PlainTextResponse("this UI answers to a loopback host name only\n", 421)
         if not authorized(self.settings, request.headers.get("authorization")):
+            if request.headers.get("authorization"):
+                async with self.failures:
+                    await asyncio.sleep(FAILURE_DELAY)
             return PlainTextResponse("authentication required\n", 401,
                                      headers={"WWW-Authenticate": 'Basic realm="pgfleet"'})
         if request.method == "POST" and not same_origin(request.headers,
@@ -137,6 +146,9 @@ class Guard(BaseHTTPMiddleware):
         request.state.csrf_cookie = cookie
         response = await call_next(request)
         if request.cookies.get(CSRF_COOKIE) != cookie:
+            # Behind a proxy or over TLS the browser reaches the UI by https: the cookie
+            # then never travels in clear.
+            secure = self.settings.behind_proxy or request.url.scheme == "https"
             response.set_cookie(CSRF_COOKIE, cookie, httponly=True, samesite="strict",
-                                path="/")
+                                path="/", secure=secure)
         return response

@@ -15,6 +15,7 @@ from pgfleet.errors import PgfleetError
 from pgfleet.sql import migrate as migrations
 from pgfleet.sql.db import connect
 from pgfleet.web.app import create_app
+from pgfleet.web.heads import descriptor_limit, head_guarded
 from pgfleet.web.settings import TOKEN_ENV, WebSettings
 
 # Loopback keeps other machines out, not other accounts of this one (docs/security.md).
@@ -22,6 +23,10 @@ OPEN_TO_LOCAL_USERS = (f"no token or basic auth: every local user of this host c
                        f"(set {TOKEN_ENV} or a token file to keep them out)")
 # On a stop, requests in flight get this long before their connections are closed.
 STOP_GRACE = 5.0
+# A connection idle this long between requests is closed (uvicorn's keep-alive timeout).
+IDLE_DEADLINE = 5
+# A request head larger than this is answered 400 (h11 buffers no more).
+HEAD_LIMIT = 16 * 1024
 
 
 def serve(settings: WebSettings) -> None:
@@ -58,11 +63,17 @@ class _Server(uvicorn.Server):
 
 
 def server_config(settings: WebSettings, **options: Any) -> uvicorn.Config:
-    """uvicorn's settings for the UI: no Server header, no access log, and proxy headers
+    """uvicorn's settings for the UI: deadlines and caps for connections before any
+    request reaches the app, no Server header, no access log, and proxy headers
     read only when the operator said a proxy is in front (uvicorn's default reads
     X-Forwarded-For/-Proto from any loopback peer, which every local user is)."""
+    # Connections that have not sent a head are cut by heads.head_guarded; a request
+    # beyond half the descriptor limit is answered 503 at once rather than queued.
     return uvicorn.Config(create_app(settings), log_level="warning", server_header=False,
-                          access_log=False, lifespan="on",
+                          access_log=False, lifespan="on", http=head_guarded(),
+                          timeout_keep_alive=IDLE_DEADLINE,
+                          limit_concurrency=max(32, descriptor_limit() // 2),
+                          h11_max_incomplete_event_size=HEAD_LIMIT,
                           proxy_headers=settings.behind_proxy, **options)
 
 

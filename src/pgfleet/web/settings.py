@@ -12,6 +12,9 @@ from pgfleet.errors import PgfleetError
 
 TOKEN_ENV = "PGFLEET_WEB_TOKEN"
 BASIC_ENV = "PGFLEET_WEB_BASIC_AUTH"
+# A token is all a request needs: a short one is guessed, even at the pace wrong guesses
+# are answered at.
+MIN_TOKEN_LENGTH = 16
 
 
 class WebSettingsError(PgfleetError):
@@ -86,6 +89,11 @@ def build_settings(listen: str, dsn: str, read_only: bool, token_file: Path | No
     from argv, where `ps` would show them."""
     host, port = parse_listen(listen)
     token = _secret_file(token_file, labels.token_file) or _secret_env(TOKEN_ENV)
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        where = f"{labels.token_file} {token_file}" if token_file else TOKEN_ENV
+        raise WebSettingsError(
+            f"{where}: the token has {len(token)} characters, fewer than "
+            f"{MIN_TOKEN_LENGTH} (e.g. `openssl rand -hex 32`)")
     basic = _secret_file(basic_auth_file, labels.basic_auth_file) or os.environ.get(BASIC_ENV)
     user, password = parse_basic(basic, labels.basic_auth_file if basic_auth_file
                                  else BASIC_ENV) if basic else (None, None)
@@ -98,6 +106,12 @@ def _secret_file(path: Path | None, option: str) -> str | None:
     if path is None:
         return None
     try:
+        mode = path.stat().st_mode
+        # Another account that can read the file can use the UI as its owner would.
+        if mode & 0o077:
+            raise WebSettingsError(
+                f"{option} {path}: group or others may open it (mode {mode & 0o777:04o}): "
+                f"chmod 600 it")
         text = path.read_text("utf-8").strip()
     except OSError as exc:
         raise WebSettingsError(f"{option} {path}: {exc.strerror}") from None
