@@ -99,15 +99,19 @@ SEARCH_PATH = "pg_catalog,pgfleet"
 # after 15 s of idling runs at a tenth of the rate (bench.probes idle-arrival). Planning
 # each execution costs well under a millisecond for these statements.
 PLAN_CACHE_MODE = "force_custom_plan"
+# pgfleet's statements are short index reads and writes. Past the server's JIT cost
+# thresholds (which a large table's estimates cross) PostgreSQL spends 0.4-3 s compiling
+# a plan that runs in milliseconds, and the exporter's reads then time out.
+JIT = "off"
 
 
 def pinned_options(dsn: str, given: str | None = None) -> str:
-    """The connection's `options` with search_path and plan_cache_mode pinned last (so
-    they win), keeping any other setting the DSN, the caller or PGOPTIONS gave."""
+    """The connection's `options` with search_path, plan_cache_mode and jit pinned last
+    (so they win), keeping any other setting the DSN, the caller or PGOPTIONS gave."""
     if given is None:
         given = str(conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS") or "")
     return (f"{given} -c search_path={SEARCH_PATH} "
-            f"-c plan_cache_mode={PLAN_CACHE_MODE}").strip()
+            f"-c plan_cache_mode={PLAN_CACHE_MODE} -c jit={JIT}").strip()
 
 
 def connect(dsn: str, *, autocommit: bool = True, application_name: str | None = None,
