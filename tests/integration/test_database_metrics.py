@@ -1,10 +1,12 @@
 """The database gauges are read at scrape time (pgfleet.exporter.database): current values,
 queues that no longer exist dropped, a resumed queue no longer paused, host heartbeats,
-and nothing but `pgfleet_database_up 0` while the database cannot be read."""
+nothing but `pgfleet_database_up 0` while the database cannot be reached, and a read that
+fails on its statement (a lock, a timeout, JIT) reported apart, the database still up."""
 
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 import psycopg
@@ -13,6 +15,7 @@ from prometheus_client import CollectorRegistry
 import pgfleet
 from pgfleet import metrics
 from pgfleet.exporter.database import DatabaseCollector
+from tests.support import pg
 from tests.support.workers import wait_for
 
 
@@ -79,3 +82,46 @@ def test_hostile_queue_names_fold_into_one_label(dsn: str) -> None:
     labels = queues_of(scrape(DatabaseCollector(dsn, ["default"])))
     assert len(labels) == metrics.QUEUE_LABEL_LIMIT + 1
     assert {"default", metrics.OTHER_QUEUES_LABEL} <= labels
+
+
+def test_a_read_that_times_out_is_not_a_database_down(dsn: str) -> None:
+    pgfleet.enqueue(dsn, "noop", queue="locked-out")
+    collector = DatabaseCollector(dsn, ["default"])
+    with psycopg.connect(dsn) as holder:
+        # The paused_queues read waits for this lock past its statement timeout.
+        holder.execute("LOCK TABLE pgfleet.queues IN ACCESS EXCLUSIVE MODE")
+        samples = scrape(collector)
+    assert value(samples, "pgfleet_database_up") == 1
+    assert value(samples, "pgfleet_database_read_failed", read="paused_queues") == 1
+    assert value(samples, "pgfleet_database_read_failed", read="queue_counts") == 0
+    # The reads that answered keep their gauges; the failed one's are absent, not 0.
+    assert value(samples, "pgfleet_queue_jobs", queue="locked-out", state="queued") == 1
+    assert not [k for k in samples if k[0] == metrics.queue_paused.name]
+    # The lock gone, the next read (after the cache's second) is whole again.
+    wait_for(lambda: value(scrape(collector), "pgfleet_database_read_failed",
+                           read="paused_queues") == 0, timeout=10)
+    assert value(scrape(collector), "pgfleet_queue_paused", queue="locked-out") == 0
+
+
+def test_a_scrape_stays_fast_with_jit_forced_on(dsn: str) -> None:
+    pgfleet.enqueue_many(dsn, [{"task": "noop", "queue": "jit-q"}] * 50)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgfleet.queue_limits (queue, global_concurrency,"
+                     " key_concurrency, published_by, updated_at)"
+                     " VALUES ('jit-q', 4, 2, 'test', now())")
+        name = conn.info.dbname
+    with pg.admin() as admin:
+        # Every statement past these thresholds (all of them) is compiled, optimised and
+        # inlined: the server's defaults, crossed by the estimates of a large table.
+        for setting in ("jit = on", "jit_above_cost = 0", "jit_optimize_above_cost = 0",
+                        "jit_inline_above_cost = 0"):
+            admin.execute(f'ALTER DATABASE "{name}" SET {setting}')
+    collector = DatabaseCollector(dsn, ["default"])
+    started = time.monotonic()
+    samples = scrape(collector)
+    elapsed = time.monotonic() - started
+    assert value(samples, "pgfleet_database_up") == 1
+    assert {labels: n for (metric, labels), n in samples.items()
+            if metric == metrics.database_read_failed.name and n} == {}
+    assert value(samples, "pgfleet_queue_jobs", queue="jit-q", state="queued") == 50
+    assert elapsed < 0.5, elapsed

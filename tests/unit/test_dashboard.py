@@ -44,6 +44,7 @@ QUEUELESS_METRICS = {
     "pgfleet_supervisor_up",
     "pgfleet_build_info",
     "pgfleet_database_up",
+    "pgfleet_database_read_failed",
     "pgfleet_process_heartbeat_age_seconds",
 }
 
@@ -406,7 +407,8 @@ def test_every_database_gauge_is_on_the_dashboard_and_never_summed(
     exprs = "\n".join(all_exprs(dashboard))
     for gauge in metrics.DATABASE_GAUGES:
         assert gauge.name in exprs, gauge.name
-        if gauge.name != "pgfleet_database_up":  # each host's own check
+        # Each host's own check and reads.
+        if gauge.name not in {"pgfleet_database_up", "pgfleet_database_read_failed"}:
             assert gauge.name in DATABASE_GAUGES, gauge.name
 
 

@@ -3,8 +3,8 @@
 Written by a process into the multiprocess files they would outlive what they describe: a
 label set cannot be removed there, so a deleted queue would keep its last count and an
 outage would freeze every value. Read on the scrape instead, they are absent while the
-database cannot be read (and `pgfleet_database_up` says 0), and a queue that is gone is
-simply not listed.
+database cannot be reached (and `pgfleet_database_up` says 0) or their own read failed
+(`pgfleet_database_read_failed` says which), and a queue that is gone is simply not listed.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import psycopg
 from prometheus_client.core import GaugeMetricFamily
@@ -30,6 +30,8 @@ log = logging.getLogger("pgfleet.exporter.process")
 CACHE_SECONDS = 1.0
 CONNECT_TIMEOUT = 2  # libpq rounds anything lower up to 2 seconds
 STATEMENT_TIMEOUT = "1s"
+
+T = TypeVar("T")
 
 
 def _family(gauge: metrics.DatabaseGauge) -> GaugeMetricFamily:
@@ -52,15 +54,45 @@ class QueueLabels:
         return self.names[name]
 
 
-def read_families(conn: psycopg.Connection[Any], known: Iterable[str]) -> list[Metric]:
-    """Every database gauge (database_up included) from one read-only transaction."""
+# Each read of a scrape, by the name its failure is reported under.
+READS = ("queue_counts", "oldest_waiting", "paused_queues", "heartbeat_ages", "flow_usage")
+
+
+def _read(conn: psycopg.Connection[Any], failed: dict[str, str], name: str,
+          read: Callable[[psycopg.Connection[Any]], T], empty: T) -> T:
+    """One read in its own savepoint: a statement that fails costs only its gauges, and
+    the database still answered. A lost connection is raised, as the database is down."""
+    try:
+        with conn.transaction():
+            return read(conn)
+    except psycopg.Error as exc:
+        if conn.closed or conn.broken:
+            raise
+        failed[name] = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        return empty
+
+
+def read_families(conn: psycopg.Connection[Any], known: Iterable[str],
+                  failed: dict[str, str] | None = None) -> list[Metric]:
+    """Every database gauge (database_up included) from one read-only transaction.
+
+    A read that fails on its statement leaves its own gauges out and is reported in
+    `failed` (read name → first line of the error) and by pgfleet_database_read_failed;
+    database_up stays 1, since the database answered."""
+    failed = {} if failed is None else failed
     with conn.transaction():
+        # jit too, for connections whose options cannot carry it (a transaction pooler).
         conn.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
-        counts = fleet_store.queue_counts(conn)
-        oldest = fleet_store.oldest_waiting(conn)
-        paused = fleet_store.paused_queues(conn)
-        beats = fleet_store.heartbeat_ages(conn)
-        flows = fleet_store.flow_usage(conn)
+        conn.execute("SET LOCAL jit = off")
+        counts: list[tuple[str, str, int]] = _read(
+            conn, failed, "queue_counts", fleet_store.queue_counts, [])
+        oldest: dict[str, float] = _read(
+            conn, failed, "oldest_waiting", fleet_store.oldest_waiting, {})
+        paused: set[str] = _read(conn, failed, "paused_queues", fleet_store.paused_queues, set())
+        beats: list[store.HeartbeatAge] = _read(
+            conn, failed, "heartbeat_ages", fleet_store.heartbeat_ages, [])
+        flows: list[store.FlowUsage] = _read(
+            conn, failed, "flow_usage", fleet_store.flow_usage, [])
     label = QueueLabels(known, [c[0] for c in counts] + [*oldest, *paused]
                         + [f.queue for f in flows])
     jobs: dict[tuple[str, str], int] = {}
@@ -82,7 +114,15 @@ def read_families(conn: psycopg.Connection[Any], known: Iterable[str]) -> list[M
         heartbeat.add_metric([beat.host, beat.kind], max(beat.seconds, 0.0))
     up = _family(metrics.database_up)
     up.add_metric([], 1)
-    return [up, queue_jobs, oldest_age, queue_paused, heartbeat, *_flow_families(flows, label)]
+    read_failed = _family(metrics.database_read_failed)
+    for name in READS:
+        read_failed.add_metric([name], 1 if name in failed else 0)
+    # A failed read's gauges are absent, not shown at 0 (an empty queue) or stale.
+    read: dict[str, list[Metric]] = {"queue_counts": [queue_jobs], "oldest_waiting": [oldest_age],
+            "paused_queues": [queue_paused], "heartbeat_ages": [heartbeat],
+            "flow_usage": _flow_families(flows, label)}
+    return [up, read_failed, *(family for name in READS if name not in failed
+                               for family in read[name])]
 
 
 def _flow_families(flows: list[store.FlowUsage], label: QueueLabels) -> list[Metric]:
@@ -108,7 +148,9 @@ def _flow_families(flows: list[store.FlowUsage], label: QueueLabels) -> list[Met
 
 class DatabaseCollector:
     """A prometheus-client collector: one database read per CACHE_SECONDS under a lock, so
-    a burst of scrapes costs one query round; on failure only `pgfleet_database_up 0`."""
+    a burst of scrapes costs one query round. Only `pgfleet_database_up 0` when the
+    database cannot be reached or the connection is lost; a read that fails on its
+    statement leaves out its own gauges and sets `pgfleet_database_read_failed`."""
 
     def __init__(self, dsn: str, known_queues: Iterable[str]) -> None:
         self.dsn = dsn
@@ -117,6 +159,7 @@ class DatabaseCollector:
         self.read_at = -CACHE_SECONDS
         self.families: list[Metric] = []
         self.failing = False
+        self.failed_reads: set[str] = set()
 
     def collect(self) -> list[Metric]:
         with self.lock:
@@ -129,7 +172,8 @@ class DatabaseCollector:
         try:
             with connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                          process=True) as conn:
-                families = read_families(conn, self.known)
+                failed: dict[str, str] = {}
+                families = read_families(conn, self.known, failed)
         except (psycopg.Error, DatabaseUnavailable) as exc:
             if not self.failing:
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
@@ -142,4 +186,10 @@ class DatabaseCollector:
         if self.failing:
             log.info("metrics: the database answers again")
         self.failing = False
+        for name in sorted(set(failed) - self.failed_reads):
+            log.warning("metrics: the %s read failed (pgfleet_database_read_failed 1,"
+                        " the database is up): %s", name, scrub(failed[name], self.dsn))
+        for name in sorted(self.failed_reads - set(failed)):
+            log.info("metrics: the %s read answers again", name)
+        self.failed_reads = set(failed)
         return families

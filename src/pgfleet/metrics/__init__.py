@@ -103,8 +103,18 @@ class DatabaseGauge:
 
 
 # 1 when this host's exporter reached the database on its last check, 0 when it failed.
+# A slow or failed read is not a database down: pgfleet_database_read_failed tells it.
 database_up = DatabaseGauge(
-    "pgfleet_database_up", "1 when this host's last database check answered, 0 when it failed."
+    "pgfleet_database_up",
+    "1 when this host's last database check connected and answered, 0 when it could not"
+    " connect or lost the connection."
+)
+# Per host, like database_up: present while database_up is 1.
+database_read_failed = DatabaseGauge(
+    "pgfleet_database_read_failed",
+    "1 when this host's last read of these gauges failed on its statement (timed out,"
+    " waited for a lock, refused) while the database was up; its gauges are then absent.",
+    ("read",),
 )
 # The gauges below come from the database and are the same on every host: dashboards take
 # max() over instances, never sum(). They are absent while the database cannot be read.
@@ -145,8 +155,9 @@ flow_held_jobs = DatabaseGauge(
     ("queue", "limit"),
 )
 
-DATABASE_GAUGES = (database_up, queue_jobs, queue_oldest_age, queue_paused,
-                   process_heartbeat_age, flow_limit, flow_in_use, flow_held_jobs)
+DATABASE_GAUGES = (database_up, database_read_failed, queue_jobs, queue_oldest_age,
+                   queue_paused, process_heartbeat_age, flow_limit, flow_in_use,
+                   flow_held_jobs)
 
 QUEUE_STATES = ("queued", "scheduled", "running", "dead")
 # Queue names read from the database are data anyone with INSERT can choose: past this many

@@ -165,6 +165,10 @@ SEARCH_PATH = "pg_catalog,pgfleet"
 # after 15 s of idling runs at a tenth of the rate (bench.probes idle-arrival). Planning
 # each execution costs well under a millisecond for these statements.
 PLAN_CACHE_MODE = "force_custom_plan"
+# pgfleet's statements are short index reads and writes. Past the server's JIT cost
+# thresholds (which a large table's estimates cross) PostgreSQL spends 0.4-3 s compiling
+# a plan that runs in milliseconds, and the exporter's reads then time out.
+JIT = "off"
 
 
 # The server notices a client that vanished without a FIN (a host or network failure) in
@@ -180,14 +184,14 @@ PROCESS_IDLE_IN_TRANSACTION = "5s"
 def pinned_options(dsn: str, given: str | None = None, *, process: bool = False) -> str:
     """The connection's `options`: the server-side keepalives (and, for a pgfleet
     process, the idle-in-transaction limit) first, so the DSN, the caller or PGOPTIONS
-    may change them; search_path and plan_cache_mode pinned last, so they win."""
+    may change them; search_path, plan_cache_mode and jit pinned last, so they win."""
     if given is None:
         given = str(conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS") or "")
     guards = SERVER_KEEPALIVES
     if process:
         guards += f" -c idle_in_transaction_session_timeout={PROCESS_IDLE_IN_TRANSACTION}"
     return (f"{guards} {given} -c search_path={SEARCH_PATH} "
-            f"-c plan_cache_mode={PLAN_CACHE_MODE}").strip()
+            f"-c plan_cache_mode={PLAN_CACHE_MODE} -c jit={JIT}").strip()
 
 
 def session_kwargs(dsn: str, *, application_name: str | None = None, process: bool = False,

@@ -80,6 +80,12 @@ def prune_processes(conn: Conn, stale_after: float) -> int:
     return _exec(conn, "prune_processes", {"stale_after": stale_after})
 
 
+# queue_counts and flow_usage count waiting and dead jobs up to COUNT_BOUND + 1, so that
+# their cost does not grow with a backlog or the dead-letter history: a count above
+# COUNT_BOUND means "more than COUNT_BOUND".
+COUNT_BOUND = 10_000
+
+
 def queue_counts(conn: Conn) -> list[tuple[str, str, int]]:
     return [(r.queue, r.state, int(r.count))
             for r in _many(conn, "queue_counts", None, QueueCount)]

@@ -428,24 +428,93 @@ DELETE FROM pgfleet.processes
 
 -- name: queue_counts :many
 -- Gauges for the metrics and `pgfleet status`. "queued" counts due jobs; future ones are
--- "scheduled". One branch per state, so each reads only its own partial index and the
--- finished history is never scanned.
-SELECT queue, CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END AS state,
-       count(*) AS count
-  FROM pgfleet.jobs WHERE state = 'queued' GROUP BY 1, 2
+-- "scheduled". Each count stops at 10,001 (shown as "10,000+"), so that a read costs the
+-- same with 10 or 1,000,000 jobs waiting and never touches the finished history.
+-- Waiting jobs: one walk over jobs_claim_idx, one probe per (queue, priority). Within a
+-- priority run_at is in index order, so due and future rows are each one index range; a
+-- priority's range is skipped once its queue's count has passed the bound, and a queue
+-- whose two counts have both passed it is left for the next one. ORDER BY run_at keeps
+-- the planner on the index: with LIMIT alone it may pick a scan of the whole table.
+WITH RECURSIVE walk AS (
+    SELECT f.queue, f.priority, c.due, c.later
+      FROM (SELECT queue, priority FROM pgfleet.jobs WHERE state = 'queued'
+             ORDER BY queue, priority LIMIT 1) f
+     CROSS JOIN LATERAL (
+         SELECT (SELECT count(*) FROM (SELECT FROM pgfleet.jobs j
+                  WHERE j.state = 'queued' AND j.queue = f.queue AND j.priority = f.priority
+                    AND j.run_at <= now() ORDER BY j.run_at LIMIT 10001) x) AS due,
+                (SELECT count(*) FROM (SELECT FROM pgfleet.jobs j
+                  WHERE j.state = 'queued' AND j.queue = f.queue AND j.priority = f.priority
+                    AND j.run_at > now() ORDER BY j.run_at LIMIT 10001) x) AS later) c
+    UNION ALL
+    SELECT n.queue, n.priority,
+           CASE WHEN n.queue = w.queue THEN w.due ELSE 0 END + c.due,
+           CASE WHEN n.queue = w.queue THEN w.later ELSE 0 END + c.later
+      FROM walk w
+     CROSS JOIN LATERAL (
+         -- Priorities end at 1000: past it, the walk goes on to the next queue.
+         SELECT j.queue, j.priority FROM pgfleet.jobs j
+          WHERE j.state = 'queued'
+            AND (j.queue, j.priority) > (w.queue, CASE WHEN w.due > 10000 AND w.later > 10000
+                                                       THEN 1001 ELSE w.priority END)
+          ORDER BY j.queue, j.priority LIMIT 1) n
+     CROSS JOIN LATERAL (
+         SELECT (SELECT count(*) FROM (SELECT FROM pgfleet.jobs j
+                  WHERE j.state = 'queued' AND j.queue = n.queue AND j.priority = n.priority
+                    AND j.run_at <= now() AND NOT (n.queue = w.queue AND w.due > 10000)
+                  ORDER BY j.run_at LIMIT 10001) x) AS due,
+                (SELECT count(*) FROM (SELECT FROM pgfleet.jobs j
+                  WHERE j.state = 'queued' AND j.queue = n.queue AND j.priority = n.priority
+                    AND j.run_at > now() AND NOT (n.queue = w.queue AND w.later > 10000)
+                  ORDER BY j.run_at LIMIT 10001) x) AS later) c
+), waiting AS (
+    SELECT queue, least(max(due), 10001) AS due, least(max(later), 10001) AS later
+      FROM walk GROUP BY queue
+), dead_queues AS (
+    -- The queues of dead jobs, one probe each of jobs_dead_idx.
+    (SELECT queue FROM pgfleet.jobs WHERE state = 'dead' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT n.queue FROM dead_queues d
+     CROSS JOIN LATERAL (SELECT j.queue FROM pgfleet.jobs j
+                          WHERE j.state = 'dead' AND j.queue > d.queue
+                          ORDER BY j.queue LIMIT 1) n
+)
+SELECT queue, 'queued' AS state, due AS count FROM waiting WHERE due > 0
 UNION ALL
+SELECT queue, 'scheduled', later FROM waiting WHERE later > 0
+UNION ALL
+-- Running jobs are as many as the workers run: jobs_lease_expiry_idx holds only them.
 SELECT queue, 'running', count(*) FROM pgfleet.jobs WHERE state = 'running' GROUP BY 1
 UNION ALL
-SELECT queue, 'dead', count(*) FROM pgfleet.jobs WHERE state = 'dead' GROUP BY 1
+SELECT d.queue, 'dead', c.count
+  FROM dead_queues d
+ CROSS JOIN LATERAL (SELECT count(*) AS count FROM (SELECT FROM pgfleet.jobs j
+                      WHERE j.state = 'dead' AND j.queue = d.queue LIMIT 10001) x) c
 
 -- name: oldest_waiting :many
--- A hand-written '-infinity' would fail the whole statement ("cannot subtract infinite
--- timestamps"): it counts as waiting since year 1, a finite age JSON and metrics can carry.
-SELECT queue, extract(epoch FROM now() - GREATEST(min(run_at), '0001-01-01 00:00:00+00'))::float8
+-- The oldest due job of each queue: the first row of each (queue, priority) in
+-- jobs_claim_idx is that priority's earliest run_at, so one probe per pair answers, however
+-- many jobs wait. A hand-written '-infinity' would fail the whole statement ("cannot
+-- subtract infinite timestamps"): it counts as waiting since year 1, a finite age JSON and
+-- metrics can carry.
+WITH RECURSIVE pairs AS (
+    (SELECT queue, priority FROM pgfleet.jobs WHERE state = 'queued'
+      ORDER BY queue, priority LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.priority FROM pairs p
+     CROSS JOIN LATERAL (SELECT j.queue, j.priority FROM pgfleet.jobs j
+                          WHERE j.state = 'queued' AND (j.queue, j.priority) > (p.queue, p.priority)
+                          ORDER BY j.queue, j.priority LIMIT 1) n
+)
+SELECT p.queue,
+       extract(epoch FROM now() - GREATEST(min(f.run_at), '0001-01-01 00:00:00+00'))::float8
        AS seconds
-  FROM pgfleet.jobs
- WHERE state = 'queued' AND run_at <= now()
- GROUP BY queue
+  FROM pairs p
+ CROSS JOIN LATERAL (SELECT j.run_at FROM pgfleet.jobs j
+                      WHERE j.state = 'queued' AND j.queue = p.queue AND j.priority = p.priority
+                      ORDER BY j.run_at LIMIT 1) f
+ WHERE f.run_at <= now()
+ GROUP BY p.queue
 
 -- name: paused_queues :many
 SELECT name FROM pgfleet.queues WHERE paused
@@ -579,17 +648,32 @@ ON CONFLICT (queue) DO UPDATE
 -- `pgfleet status` and the held-back gauges: each queue with a published limit, its
 -- running jobs, its starts in the current rate window, the keys at their limit, and the
 -- due jobs each limit holds back now (what that limit alone would not let start).
+-- Only the limited queues' partial-index entries are read, never the finished history:
+-- running jobs are as many as the workers run (jobs_lease_expiry_idx,
+-- jobs_running_key_idx), and waiting ones are counted up to 10,001 like queue_counts,
+-- the keys' over the first 10,001 keyed waiting jobs of the queue (jobs_queued_key_idx).
 WITH l AS (
     SELECT * FROM pgfleet.queue_limits
      WHERE global_concurrency IS NOT NULL OR rate_limit IS NOT NULL
         OR key_concurrency IS NOT NULL
 ), keys AS (
-    SELECT k.queue, k.concurrency_key,
-           count(*) FILTER (WHERE k.state = 'running') AS running,
-           count(*) FILTER (WHERE k.state = 'queued' AND k.run_at <= now()) AS due
-      FROM pgfleet.jobs k JOIN l ON l.queue = k.queue
-     WHERE k.concurrency_key IS NOT NULL AND k.state IN ('queued', 'running')
-     GROUP BY 1, 2
+    SELECT coalesce(r.queue, d.queue) AS queue, coalesce(r.running, 0) AS running,
+           coalesce(d.due, 0) AS due
+      FROM (SELECT k.queue, k.concurrency_key, count(*) AS running
+              FROM l JOIN pgfleet.jobs k ON k.queue = l.queue
+             WHERE l.key_concurrency IS NOT NULL AND k.state = 'running'
+               AND k.concurrency_key IS NOT NULL
+             GROUP BY 1, 2) r
+      FULL JOIN (
+            SELECT l.queue, q.concurrency_key, count(*) FILTER (WHERE q.run_at <= now()) AS due
+              FROM l CROSS JOIN LATERAL (
+                   SELECT k.concurrency_key, k.run_at FROM pgfleet.jobs k
+                    WHERE k.queue = l.queue AND k.state = 'queued'
+                      AND k.concurrency_key IS NOT NULL
+                    ORDER BY k.concurrency_key, k.priority, k.run_at, k.id LIMIT 10001) q
+             WHERE l.key_concurrency IS NOT NULL
+             GROUP BY 1, 2) d
+        ON d.queue = r.queue AND d.concurrency_key = r.concurrency_key
 )
 SELECT l.queue, l.global_concurrency, l.rate_limit, l.rate_period, l.key_concurrency,
        r.running, w.starts, d.due,
@@ -611,6 +695,29 @@ SELECT l.queue, l.global_concurrency, l.rate_limit, l.rate_period, l.key_concurr
                        FROM pgfleet.queue_starts s
                       WHERE s.queue = l.queue AND l.rate_limit IS NOT NULL
                         AND s.at > clock_timestamp() - make_interval(secs => l.rate_period)) w
- CROSS JOIN LATERAL (SELECT count(*) AS due FROM pgfleet.jobs j
-                      WHERE j.queue = l.queue AND j.state = 'queued' AND j.run_at <= now()) d
+ CROSS JOIN LATERAL (
+     -- Due jobs, one index range per priority of jobs_claim_idx, up to 10,001.
+     WITH RECURSIVE walk AS (
+         SELECT f.priority, c.due
+           FROM (SELECT j.priority FROM pgfleet.jobs j
+                  WHERE j.state = 'queued' AND j.queue = l.queue
+                  ORDER BY j.priority LIMIT 1) f
+          CROSS JOIN LATERAL (SELECT count(*) AS due FROM (SELECT FROM pgfleet.jobs j
+                               WHERE j.state = 'queued' AND j.queue = l.queue
+                                 AND j.priority = f.priority AND j.run_at <= now()
+                               ORDER BY j.run_at LIMIT 10001) x) c
+         UNION ALL
+         SELECT n.priority, w.due + c.due
+           FROM walk w
+          CROSS JOIN LATERAL (SELECT j.priority FROM pgfleet.jobs j
+                               WHERE j.state = 'queued' AND j.queue = l.queue
+                                 AND j.priority > w.priority
+                               ORDER BY j.priority LIMIT 1) n
+          CROSS JOIN LATERAL (SELECT count(*) AS due FROM (SELECT FROM pgfleet.jobs j
+                               WHERE j.state = 'queued' AND j.queue = l.queue
+                                 AND j.priority = n.priority AND j.run_at <= now()
+                               ORDER BY j.run_at LIMIT 10001) x) c
+          WHERE w.due <= 10000
+     )
+     SELECT least(coalesce(max(due), 0), 10001) AS due FROM walk) d
  ORDER BY l.queue

@@ -147,6 +147,11 @@ def _hosts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [hosts[name] for name in sorted(hosts)]
 
 
+def count(n: int) -> str:
+    """A job count as read: "10,000+" past the bound the counts stop at."""
+    return f"{fleet_store.COUNT_BOUND:,}+" if n > fleet_store.COUNT_BOUND else str(n)
+
+
 def age(seconds: float | None) -> str:
     """A short human duration: 850ms, 12.3s, 4m05s, 2h10m, 3d04h."""
     if seconds is None:
@@ -170,8 +175,8 @@ def render(data: dict[str, Any]) -> str:
         cells = [[title for title, _ in QUEUE_COLUMNS]]
         for q in data["queues"]:
             cells.append([
-                q["queue"], str(q["waiting"]), str(q["scheduled"]), str(q["running"]),
-                str(q["dead"]), age(q["oldest_waiting_age"]), str(q["finished_last_minute"]),
+                q["queue"], count(q["waiting"]), count(q["scheduled"]), str(q["running"]),
+                count(q["dead"]), age(q["oldest_waiting_age"]), str(q["finished_last_minute"]),
                 "yes" if q["paused"] else "no",
                 ",".join(sorted({f["host"] for f in q["failed_on"]})) or "-",
             ])

@@ -45,6 +45,8 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
     # Custom plans fold the optional filters of sql/web.sql away, so each one can use its
     # index; a generic plan would keep "$1 IS NULL OR ..." and scan.
     conn.execute("SET plan_cache_mode = force_custom_plan")
+    # As pgfleet.sql.db.connect: no page spends seconds compiling a millisecond query.
+    conn.execute("SET jit = off")
     conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
     # A row holding 'infinity' or year 10000 (written by hand) is shown, not a 503.
     accept_far_times(conn)

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from pgfleet.sql.far_times import FarTime
-from pgfleet.status.fleet import age
+from pgfleet.status.fleet import age, count
 from pgfleet.status.terminal_text import escape_controls, has_hidden
 
 FRAGMENT_HEADER = "x-pgfleet-fragment"
@@ -31,6 +31,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["age"] = age
+    env.filters["count"] = count
     env.filters["ts"] = timestamp
     env.filters["pretty"] = pretty
     env.filters["clip"] = clip
