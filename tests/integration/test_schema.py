@@ -96,3 +96,59 @@ def test_a_database_upgrades_in_place_while_its_workers_run(
         stop.set()
         worker.terminate()
         worker.wait(30)
+
+
+def _body(dsn: str, signature: str) -> str:
+    return str(scalar(dsn, f"SELECT pg_get_functiondef('{signature}'::regprocedure)"))
+
+
+def test_a_database_a_newer_pgfleet_migrated_is_left_alone(dsn: str) -> None:
+    latest = migrations.latest_version()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgfleet.migrations (version, name) VALUES (%s, 'newer')",
+                     (latest + 1,))
+        conn.execute("CREATE OR REPLACE FUNCTION pgfleet.job_result(job_id bigint)"
+                     " RETURNS jsonb LANGUAGE sql AS $$ SELECT '2'::jsonb $$")
+    newer = _body(dsn, "pgfleet.job_result(bigint)")
+    done = subprocess.run([sys.executable, "-m", "pgfleet", "--database-url", dsn, "migrate"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"at version {latest + 1}, newer than this pgfleet's {latest}" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert _body(dsn, "pgfleet.job_result(bigint)") == newer
+
+
+def test_a_mistake_in_a_function_file_fails_the_migrate_and_changes_nothing(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = migrations.functions()
+    before = _body(dsn, "pgfleet.job_result(bigint)")
+    for broken in (files["cancel_jobs"].replace("END IF;", "END IFF;", 1),
+                   files["failed_attempt"].replace("FROM (SELECT", "FROMM (SELECT", 1)):
+        name = "cancel_jobs" if "IFF" in broken else "failed_attempt"
+        assert broken != files[name]
+        monkeypatch.setattr(migrations, "functions", lambda b=broken, n=name: {
+            **files, "job_result": files["job_result"].replace("SELECT", "SELECT  ", 1),
+            n: b})
+        with pytest.raises(migrations.MigrationError, match=f"sql/functions/{name}.sql: "):
+            migrations.migrate(dsn)
+        assert _body(dsn, "pgfleet.job_result(bigint)") == before  # rolled back whole
+
+
+def test_a_migrate_gives_up_on_a_lock_held_elsewhere_and_changes_nothing(
+        empty_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    migrations.migrate(empty_dsn, target=20)
+    monkeypatch.setattr(migrations, "LOCK_TIMEOUT", "1s")
+    with psycopg.connect(empty_dsn) as holder:
+        holder.execute("LOCK pgfleet.jobs IN ACCESS SHARE MODE")  # a long report, say
+        with pytest.raises(migrations.MigrationError, match="held a lock"):
+            migrations.migrate(empty_dsn)
+    with psycopg.connect(empty_dsn) as conn:
+        assert migrations.current_version(conn) == 20
+
+
+def test_a_target_outside_the_migrations_is_refused(dsn: str) -> None:
+    latest = migrations.latest_version()
+    for target, says in ((0, "run from 1"), (latest + 1, "run from 1"),
+                         (3, "do not go back")):
+        with pytest.raises(migrations.MigrationError, match=says):
+            migrations.migrate(dsn, target=target)

@@ -2,9 +2,8 @@
 registered middleware, then go to the database, or, in eager mode (pgfleet.testing), to
 an inline run instead.
 
-Rows are pgfleet.client.enqueue._row's tuples; only the fields a middleware may see or
-change are read here by position (task, args, queue, max_attempts, meta), so a field added
-to the row passes through untouched."""
+Rows are NewJobRow: a middleware sees each job's task, queue, args and meta, and may change
+its meta; every other field passes through untouched."""
 
 from __future__ import annotations
 
@@ -18,11 +17,6 @@ from pgfleet.core import payload
 from pgfleet.sql.rows import NewJobRow
 
 T = TypeVar("T")
-Row = tuple[Any, ...]
-
-# Positions in enqueue._row's tuple.
-TASK, ARGS, QUEUE, MAX_ATTEMPTS, META = 0, 1, 2, 6, 8
-
 
 Divert = Callable[[Sequence[NewJobRow]], list[int]]
 _diverted: list[Divert] = []

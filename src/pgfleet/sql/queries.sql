@@ -290,7 +290,7 @@ RETURNING j.id, j.queue, j.task, j.state::text AS state, d.ran
 
 -- name: running_leases :many
 -- What a rescuer watches: who holds each running job, at which attempt, after how many
--- renewals. pgfleet.lease_watch calls a lease stale only when this stayed the same for a
+-- renewals. pgfleet.maintenance.lease_watch calls a lease stale only when this stayed the same for a
 -- whole lease of the watcher's own monotonic clock; no wall clock decides a rescue.
 SELECT id, lease_holder AS holder, attempt, beats FROM pgfleet.jobs
  WHERE state = 'running' AND lease_holder IS NOT NULL

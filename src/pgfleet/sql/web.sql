@@ -1,4 +1,4 @@
--- Named queries of the web UI (pgfleet.web.queries runs them by name). Everything the UI
+-- Named queries of the web UI (pgfleet.web.lists runs them by name). Everything the UI
 -- can change goes through the store functions of queries.sql, as the CLI does; this file
 -- only reads. The pool sets plan_cache_mode = force_custom_plan, so the optional filters
 -- below ("%(x)s IS NULL OR ...") fold away before planning and each index stays usable.
