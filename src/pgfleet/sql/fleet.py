@@ -14,6 +14,7 @@ from typing import Any
 
 from pgfleet.core.flow import FlowLimits
 from pgfleet.sql.rows import (
+    ClaimCosts,
     FireTime,
     FlowUsage,
     HeartbeatAge,
@@ -27,6 +28,7 @@ from pgfleet.sql.rows import (
     ScheduleJob,
     ScheduleLastRun,
     ScheduleRunJob,
+    XminHolder,
 )
 from pgfleet.sql.store import Conn, _as_dict, _exec, _many, _maybe, _one, _scalar
 
@@ -110,6 +112,15 @@ def processes(conn: Conn) -> list[dict[str, Any]]:
 
 def heartbeat_ages(conn: Conn) -> list[HeartbeatAge]:
     return _many(conn, "heartbeat_ages", None, HeartbeatAge)
+
+
+def xmin_holders(conn: Conn) -> list[XminHolder]:
+    """The oldest holder of each kind of the xmin horizon, oldest first (by xid age)."""
+    return _many(conn, "xmin_holders", None, XminHolder)
+
+
+def claim_costs(conn: Conn) -> ClaimCosts:
+    return _one(conn, "claim_costs", None, ClaimCosts)
 
 
 def db_now(conn: Conn) -> datetime:

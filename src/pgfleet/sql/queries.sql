@@ -721,3 +721,69 @@ SELECT l.queue, l.global_concurrency, l.rate_limit, l.rate_period, l.key_concurr
      )
      SELECT least(coalesce(max(due), 0), 10001) AS due FROM walk) d
  ORDER BY l.queue
+
+-- name: xmin_holders :many
+-- The oldest holder of each kind of the xmin horizon that keeps VACUUM from removing the
+-- dead rows of pgfleet's tables: a backend's snapshot or transaction, a prepared
+-- transaction, a replication slot, a standby's hot_standby_feedback. `xids` is age() of
+-- the xmin it holds; `seconds` is how long its transaction has been open (backends and
+-- prepared transactions only: a slot or a standby carries no time), and `oldest_seconds`
+-- the longest of its kind. Bounded by the server's limits (max_connections,
+-- max_prepared_transactions, max_replication_slots, max_wal_senders), never by history.
+-- A snapshot in another database does not hold this one's tables, but a transaction id
+-- there does: every new snapshot here sees it running. Walsenders are the standby kind,
+-- and autovacuum's own xmin is ignored by the horizon. Without pg_read_all_stats (or
+-- pg_monitor) another role's backend shows no state, query or start time: its xid age
+-- still counts and its seconds are NULL.
+WITH holders AS (
+    SELECT 'backend' AS holder, a.pid, a.application_name AS name, a.state,
+           extract(epoch FROM now() - coalesce(a.xact_start, a.query_start,
+                                               a.backend_start))::float8 AS seconds,
+           CASE WHEN a.datname = current_database()
+                THEN greatest(age(a.backend_xmin), age(a.backend_xid))
+                ELSE age(a.backend_xid) END::bigint AS xids,
+           CASE WHEN a.state IS NOT NULL THEN left(a.query, 200) END AS query
+      FROM pg_stat_activity a
+     WHERE a.pid <> pg_backend_pid()
+       AND a.backend_type NOT IN ('walsender', 'autovacuum worker', 'autovacuum launcher')
+       AND (a.backend_xid IS NOT NULL
+            OR (a.backend_xmin IS NOT NULL AND a.datname = current_database()))
+    UNION ALL
+    SELECT 'prepared', NULL, p.gid, 'prepared', extract(epoch FROM now() - p.prepared)::float8,
+           age(p.transaction)::bigint, NULL
+      FROM pg_prepared_xacts p
+    UNION ALL
+    SELECT 'slot', s.active_pid, s.slot_name::text,
+           CASE WHEN s.active THEN 'active' ELSE 'inactive' END, NULL, age(s.xmin)::bigint,
+           NULL
+      FROM pg_replication_slots s
+     WHERE s.xmin IS NOT NULL
+    UNION ALL
+    SELECT 'standby', r.pid, r.application_name, r.state, NULL, age(r.backend_xmin)::bigint,
+           NULL
+      FROM pg_stat_replication r
+     WHERE r.backend_xmin IS NOT NULL
+), ranked AS (
+    SELECT h.*, max(h.seconds) OVER (PARTITION BY h.holder) AS oldest_seconds,
+           row_number() OVER (PARTITION BY h.holder
+                              ORDER BY h.xids DESC, h.seconds DESC NULLS LAST) AS rank
+      FROM holders h
+)
+SELECT holder, pid, name, state, seconds, oldest_seconds, xids, query
+  FROM ranked WHERE rank = 1 ORDER BY xids DESC
+
+-- name: claim_costs :one
+-- What a held horizon costs the claim, as the server counts it: the dead rows of
+-- pgfleet.jobs not yet vacuumed and the size of the claim's index, each with its
+-- partitions' if it has any (a parent alone has neither). Statistics and sizes on disk,
+-- one call per relation: no row and no other table is read.
+WITH rel AS (
+    SELECT to_regclass('pgfleet.jobs') AS jobs, to_regclass('pgfleet.jobs_claim_idx') AS idx
+)
+SELECT (SELECT coalesce(sum(pg_stat_get_dead_tuples(t.relid)), 0)
+          FROM (SELECT rel.jobs AS relid UNION SELECT relid FROM pg_partition_tree(rel.jobs)) t
+       )::bigint AS dead_tuples,
+       (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
+          FROM (SELECT rel.idx AS relid UNION SELECT relid FROM pg_partition_tree(rel.idx)) t
+       )::bigint AS claim_index_bytes
+  FROM rel

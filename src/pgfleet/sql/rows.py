@@ -267,6 +267,30 @@ class HeartbeatAge:
 
 
 @dataclass(frozen=True)
+class XminHolder:
+    """The oldest holder of one kind (backend, prepared, slot, standby) of the xmin
+    horizon: its pid (None for a prepared transaction or an idle slot), name
+    (application_name, gid or slot name), state, transaction age in seconds (None where
+    no time exists or the row is not visible), the longest such age of its kind, the age
+    of the xmin in transaction ids, and the start of its query when visible."""
+    holder: str
+    pid: int | None
+    name: str | None
+    state: str | None
+    seconds: float | None
+    oldest_seconds: float | None
+    xids: int
+    query: str | None
+
+
+@dataclass(frozen=True)
+class ClaimCosts:
+    dead_tuples: int
+    claim_index_bytes: int
+
+
+
+@dataclass(frozen=True)
 class ScheduleFire:
     name: str
     fire_time: datetime | None

@@ -21,6 +21,7 @@ from pgfleet.sql import arrays as bulk_arrays, bulk_plan as enqueue_plan
 from pgfleet.sql.queries import Cardinality, CardinalityError, Query, catalogue
 from pgfleet.sql.rows import (
     CancelledJob as CancelledJob,
+    ClaimCosts as ClaimCosts,
     ClaimedJob as ClaimedJob,
     DoneOrClaimed as DoneOrClaimed,
     Enqueued as Enqueued,
@@ -54,6 +55,7 @@ from pgfleet.sql.rows import (
     ScheduleJob as ScheduleJob,
     ScheduleLastRun as ScheduleLastRun,
     ScheduleRunJob as ScheduleRunJob,
+    XminHolder as XminHolder,
 )
 
 Conn = psycopg.Connection[Any]
