@@ -6,6 +6,8 @@ transactions), since holding the horizon of the shared server would bloat other 
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +21,7 @@ from pgfleet import metrics
 from pgfleet.cli import cli
 from pgfleet.exporter.database import DatabaseCollector
 from pgfleet.status import fleet as status
-from tests.support.cluster import Cluster
+from tests.support.cluster import SERVER_USER, Cluster
 from tests.support.workers import wait_for
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -204,3 +206,150 @@ def test_a_logical_slot_holds_only_the_catalogs_not_the_jobs(dsn: str) -> None:
                      timeout=15)
         finally:
             conn.execute("SELECT pg_drop_replication_slot('cdc_probe')")
+
+
+def test_another_databases_transaction_counts_by_its_xid_not_its_snapshot(
+        cluster: Cluster, dsn: str) -> None:
+    collector = DatabaseCollector(dsn, ["default"])
+    other = cluster.create_database()
+    try:
+        # A snapshot there does not hold this database's rows: not counted.
+        snapshot = psycopg.connect(cluster.dsn(other))
+        snapshot.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        snapshot.execute("SELECT 1")
+        churn(dsn)
+        assert xids(collector, "backend") == 0
+        # A transaction id there does: every snapshot taken here while it runs keeps it.
+        writer = psycopg.connect(cluster.dsn(other), application_name="other-app")
+        writer.execute("SELECT txid_current()")
+        churn(dsn)
+        wait_for(lambda: xids(collector, "backend") >= 20, timeout=15)
+        writer.close()
+        snapshot.close()
+        wait_for(lambda: xids(collector, "backend") == 0, timeout=15)
+    finally:
+        cluster.drop_database(other)
+
+
+def test_without_pg_read_all_stats_another_roles_session_counts_by_its_xids(
+        cluster: Cluster, dsn: str, quick_threshold: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    name = dsn.rsplit("/", 1)[1]
+    role = f"watcher_{name[-10:]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA pgfleet TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA pgfleet TO {role}")
+    watcher = cluster.url(name, user=role)
+    collector = DatabaseCollector(watcher, ["default"])
+    report = psycopg.connect(dsn, application_name="ops-report")
+    try:
+        report.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        report.execute("SELECT count(*) FROM pgfleet.jobs")
+        churn(dsn)
+        wait_for(lambda: xids(collector, "backend") >= 20, timeout=15)
+        samples = scrape(collector)
+        assert gauge(samples, metrics.database_read_failed.name, read="xmin_horizon") == 0
+        # Its start time is hidden: it is not in the seconds, however long it runs.
+        wait_for(lambda: status_data(dsn)["xmin_horizon"]["held"], timeout=15)
+        assert seconds(collector, "backend") == 0
+        # Status names it by its xids, with its pid and application only.
+        monkeypatch.setattr(status, "HELD_XIDS", 10)
+        text = status_text(watcher)
+        [line] = held_lines(text)
+        assert line.startswith("xmin horizon held ") and " xids by pid " in line
+        assert f'pid {report.info.backend_pid} (app "ops-report")' in line
+        assert "grant pg_read_all_stats" in text and "query:" not in text
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"GRANT pg_read_all_stats TO {role}")
+        wait_for(lambda: seconds(collector, "backend") >= 2.0, timeout=15)
+        [line] = held_lines(status_text(watcher))
+        assert f'pid {report.info.backend_pid} (app "ops-report", idle in transaction)' in line
+    finally:
+        report.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+def start_standby(primary: Cluster, *, slot: str | None) -> Cluster:
+    """A hot standby of `primary` with hot_standby_feedback, streaming through `slot`
+    (created by pg_basebackup) or through none."""
+    standby = Cluster()
+    standby.sockets.mkdir(parents=True, exist_ok=True)
+    if standby.as_root:
+        entry = pwd.getpwnam(SERVER_USER)
+        for path in (standby.root, standby.sockets):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+    slot_args = ["-S", slot, "-C"] if slot else []
+    # A fast checkpoint: a spread one waits out most of checkpoint_timeout first.
+    standby._run("pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1",
+                 "-p", str(primary.port), "-U", "postgres", "-R", "-X", "stream",
+                 "-c", "fast", *slot_args)
+    with open(standby.data / "postgresql.conf", "a") as conf:
+        conf.write(f"port = {standby.port}\nunix_socket_directories = '{standby.sockets}'\n"
+                   "hot_standby_feedback = on\nwal_receiver_status_interval = 1s\n")
+    standby.start()
+    return standby
+
+
+def report_on(standby: Cluster, dsn: str) -> psycopg.Connection[Any]:
+    """A REPEATABLE READ snapshot held on the standby: its feedback holds the primary."""
+    conn = psycopg.connect(standby.dsn(dsn.rsplit("/", 1)[1]))
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.execute("SELECT count(*) FROM pgfleet.jobs")
+    return conn
+
+
+def test_a_slot_keeps_a_standbys_xmin_after_the_standby_is_gone(
+        cluster: Cluster, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = DatabaseCollector(dsn, ["default"])
+    standby = start_standby(cluster, slot="standby_one")
+    try:
+        report = report_on(standby, dsn)
+        churn(dsn)
+        # The standby's snapshot reaches the slot's xmin within a status interval.
+        wait_for(lambda: xids(collector, "slot") >= 20, timeout=30)
+        assert xids(collector, "standby") == 0  # through a slot, the walsender holds none
+        # An active slot is named only once its xmin is very old.
+        assert held_lines(status_text(dsn)) == []
+        monkeypatch.setattr(status, "HELD_XIDS", 10)
+        [line] = held_lines(status_text(dsn))
+        assert 'by replication slot "standby_one" (active)' in line
+        monkeypatch.undo()
+        report.close()
+        standby.stop()
+        # Gone, the standby leaves its last xmin on the slot, which no one advances now.
+        before = xids(collector, "slot")
+        churn(dsn)
+        wait_for(lambda: xids(collector, "slot") >= before + 20, timeout=15)
+        [line] = held_lines(status_text(dsn))
+        assert line.startswith("xmin horizon held ") and " xids by replication slot" in line
+        assert '"standby_one" (inactive) — vacuum cannot clean pgfleet.jobs' in line
+    finally:
+        standby.destroy()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_drop_replication_slot('standby_one')")
+    wait_for(lambda: xids(collector, "slot") == 0, timeout=15)
+    assert held_lines(status_text(dsn)) == []
+
+
+def test_a_standby_without_a_slot_holds_it_while_connected(
+        cluster: Cluster, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = DatabaseCollector(dsn, ["default"])
+    standby = start_standby(cluster, slot=None)
+    try:
+        report = report_on(standby, dsn)
+        churn(dsn)
+        wait_for(lambda: xids(collector, "standby") >= 20, timeout=30)
+        assert xids(collector, "slot") == 0
+        monkeypatch.setattr(status, "HELD_XIDS", 10)
+        [line] = held_lines(status_text(dsn))
+        assert " xids by standby pid " in line and "streaming)" in line
+        report.close()
+        standby.stop()
+        wait_for(lambda: xids(collector, "standby") == 0, timeout=15)
+        assert held_lines(status_text(dsn)) == []
+    finally:
+        standby.destroy()

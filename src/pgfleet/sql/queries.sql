@@ -732,9 +732,10 @@ SELECT l.queue, l.global_concurrency, l.rate_limit, l.rate_period, l.key_concurr
 -- max_prepared_transactions, max_replication_slots, max_wal_senders), never by history.
 -- A snapshot in another database does not hold this one's tables, but a transaction id
 -- there does: every new snapshot here sees it running. Walsenders are the standby kind,
--- and autovacuum's own xmin is ignored by the horizon. Without pg_read_all_stats (or
--- pg_monitor) another role's backend shows no state, query or start time: its xid age
--- still counts and its seconds are NULL.
+-- and VACUUM's own xmin is ignored by the horizon. Without pg_read_all_stats (or
+-- pg_monitor) another role's backend shows no type, state, query or start time: its xid
+-- age still counts and its seconds are NULL, and walsenders and VACUUMs are told by
+-- their pids in pg_stat_replication and pg_stat_progress_vacuum, which everyone sees.
 WITH holders AS (
     SELECT 'backend' AS holder, a.pid, a.application_name AS name, a.state,
            extract(epoch FROM now() - coalesce(a.xact_start, a.query_start,
@@ -745,7 +746,10 @@ WITH holders AS (
            CASE WHEN a.state IS NOT NULL THEN left(a.query, 200) END AS query
       FROM pg_stat_activity a
      WHERE a.pid <> pg_backend_pid()
-       AND a.backend_type NOT IN ('walsender', 'autovacuum worker', 'autovacuum launcher')
+       AND coalesce(a.backend_type, '') NOT IN ('walsender', 'autovacuum worker',
+                                                'autovacuum launcher')
+       AND a.pid NOT IN (SELECT r.pid FROM pg_stat_replication r WHERE r.pid IS NOT NULL)
+       AND a.pid NOT IN (SELECT v.pid FROM pg_stat_progress_vacuum v WHERE v.pid IS NOT NULL)
        AND (a.backend_xid IS NOT NULL
             OR (a.backend_xmin IS NOT NULL AND a.datname = current_database()))
     UNION ALL
