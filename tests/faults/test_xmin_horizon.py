@@ -353,3 +353,20 @@ def test_a_standby_without_a_slot_holds_it_while_connected(
         assert held_lines(status_text(dsn)) == []
     finally:
         standby.destroy()
+
+
+def test_a_holders_query_is_shown_short_on_one_line_with_its_controls_escaped(
+        dsn: str, quick_threshold: None) -> None:
+    report = psycopg.connect(dsn, application_name="tricky")
+    try:
+        report.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        report.execute("SELECT count(*)\n  FROM pgfleet.jobs /* \x1b[2J\x1b]0;owned\x07 */"
+                       " WHERE queue <> 'x" + "y" * 200 + "'")
+        wait_for(lambda: held_lines(status_text(dsn)), timeout=15)
+        text = status_text(dsn)
+        [query] = [line for line in text.splitlines() if line.startswith("  query: ")]
+        assert "\x1b" not in text and "\x07" not in text
+        assert query.startswith("  query: SELECT count(*) FROM pgfleet.jobs /* \\x1b[2J")
+        assert query.endswith("...")
+    finally:
+        report.close()

@@ -3,8 +3,8 @@
 In a supervised run PROMETHEUS_MULTIPROC_DIR is set by the supervisor before any child
 imports this module, so prometheus-client writes each process's values to that directory
 and the exporter aggregates them. Labels stay bounded: queue, task (registered names only),
-outcome, reason, schedule, and host and kind of the registered processes. Never a job id,
-pid, args or error text.
+outcome, reason, schedule, host and kind of the registered processes, and the four kinds of
+xmin horizon holder. Never a job id, pid, args or error text.
 """
 
 from __future__ import annotations

@@ -83,7 +83,11 @@ def _xmin_horizon(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             raise
         text = str(exc).strip()
         return {"held": [], "error": text.splitlines()[0] if text else type(exc).__name__}
-    return {"held": [dataclasses.asdict(h) for h in holders if held(h)], "error": None}
+    shown = [dataclasses.asdict(h) for h in holders if held(h)]
+    for h in shown:
+        # One line however the query was written (the terminal escapes what remains).
+        h["query"] = " ".join(h["query"].split()) if h["query"] else h["query"]
+    return {"held": shown, "error": None}
 
 
 def held(h: store.XminHolder) -> bool:
@@ -116,7 +120,7 @@ def horizon_lines(horizon: dict[str, Any]) -> list[str]:
         lines.append(f"xmin horizon held {length} by {who} — vacuum cannot clean"
                      " pgfleet.jobs")
         if h["query"]:
-            text = " ".join(h["query"].split())
+            text = h["query"]
             shown = text if len(text) <= QUERY_SHOWN else text[:QUERY_SHOWN - 3] + "..."
             lines.append(f"  query: {shown}")
         elif h["holder"] == "backend" and h["state"] is None:
