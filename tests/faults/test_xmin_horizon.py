@@ -370,3 +370,26 @@ def test_a_holders_query_is_shown_short_on_one_line_with_its_controls_escaped(
         assert query.endswith("...")
     finally:
         report.close()
+
+
+def test_a_read_committed_session_idle_in_transaction_holds_it_only_once_it_wrote(
+        dsn: str, quick_threshold: None) -> None:
+    collector = DatabaseCollector(dsn, ["default"])
+    idle = psycopg.connect(dsn, application_name="forgot-to-commit")
+    try:
+        # Between statements READ COMMITTED keeps no snapshot: nothing is held.
+        idle.execute("SELECT count(*) FROM pgfleet.jobs")
+        churn(dsn)
+        wait_for(lambda: status_data(dsn)["xmin_horizon"]["held"] == []
+                 and seconds(collector, "backend") == 0, timeout=15)
+        assert xids(collector, "backend") == 0
+        # A write gives it a transaction id, which every later snapshot must respect.
+        idle.execute("UPDATE pgfleet.queues SET paused = paused")
+        idle.execute("SELECT txid_current()")
+        churn(dsn)
+        wait_for(lambda: xids(collector, "backend") >= 20, timeout=15)
+        wait_for(lambda: held_lines(status_text(dsn)), timeout=15)
+        [line] = held_lines(status_text(dsn))
+        assert '(app "forgot-to-commit", idle in transaction)' in line
+    finally:
+        idle.close()
