@@ -34,6 +34,13 @@ QUERY_SHOWN = 80
 
 
 def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The fleet (`_fleet`) and who holds the xmin horizon of its tables, as plain data."""
+    data = _fleet(conn)
+    data["xmin_horizon"] = _xmin_horizon(conn)
+    return data
+
+
+def _fleet(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """Queues (counts, oldest due job, finished in the last minute, paused) and hosts
     (each supervisor with its children and their heartbeat ages), as plain data."""
     if migrations.current_version(conn) == 0:
@@ -47,7 +54,6 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         processes = fleet_store.processes(conn)
         progress = store.running_progress(conn, PROGRESS_SHOWN)
         flows = fleet_store.flow_usage(conn)
-        horizon = _xmin_horizon(conn)
     failed = _failed_on(processes)
     names = ({c[0] for c in counts} | set(oldest) | set(finished) | paused | set(failed)
              | {p["queue"] for p in processes if p["queue"]})
@@ -69,7 +75,7 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     reports = [{"id": p.id, "queue": p.queue, "task": p.task,
                 "progress": _decoded(p.progress)} for p in progress]
     return {"queues": queues, "limits": [_limits(f) for f in flows],
-            "hosts": _hosts(processes), "progress": reports, "xmin_horizon": horizon}
+            "hosts": _hosts(processes), "progress": reports}
 
 
 def _xmin_horizon(conn: psycopg.Connection[Any]) -> dict[str, Any]:
