@@ -283,14 +283,19 @@ def start_standby(primary: Cluster, *, slot: str | None) -> Cluster:
         for path in (standby.root, standby.sockets):
             os.chown(path, entry.pw_uid, entry.pw_gid)
     slot_args = ["-S", slot, "-C"] if slot else []
-    # A fast checkpoint: a spread one waits out most of checkpoint_timeout first.
-    standby._run("pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1",
-                 "-p", str(primary.port), "-U", "postgres", "-R", "-X", "stream",
-                 "-c", "fast", *slot_args)
-    with open(standby.data / "postgresql.conf", "a") as conf:
-        conf.write(f"port = {standby.port}\nunix_socket_directories = '{standby.sockets}'\n"
-                   "hot_standby_feedback = on\nwal_receiver_status_interval = 1s\n")
-    standby.start()
+    try:
+        # A fast checkpoint: a spread one waits out most of checkpoint_timeout first.
+        standby._run("pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1",
+                     "-p", str(primary.port), "-U", "postgres", "-R", "-X", "stream",
+                     "-c", "fast", *slot_args)
+        with open(standby.data / "postgresql.conf", "a") as conf:
+            conf.write(f"port = {standby.port}\n"
+                       f"unix_socket_directories = '{standby.sockets}'\n"
+                       "hot_standby_feedback = on\nwal_receiver_status_interval = 1s\n")
+        standby.start()
+    except BaseException:
+        standby.destroy()
+        raise
     return standby
 
 
