@@ -49,8 +49,10 @@ class Leases:
         sent = time.monotonic()
         with conn.transaction():
             fleet_store.heartbeat_process(conn, self.worker_id)
-            renewed = store.renew_leases(conn, worker=self.worker_id, lease=self.lease,
-                                         ids=list(executor.running))
+            renewed = store.renew_leases(
+                conn, worker=self.worker_id, lease=self.lease,
+                fences={job_id: running.job.fence
+                        for job_id, running in executor.running.items()})
         self.renewed = sent
         for job_id, running in list(executor.running.items()):
             if job_id not in renewed and not running.lost:

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
@@ -300,10 +300,13 @@ class Worker(ChildProcess):
 
         No claim while stopping or recycling, nor with a timed-out job's outcome (the
         abandon path flushes it just before the process exits), nor once the outcomes
-        bring the worker to max_jobs. Otherwise a claim is due (a poll, a notification,
-        a reconnect); under flow control also whenever outcomes free slots of the limit
-        this worker held, or a full queue would idle until the next poll."""
-        if self.stop_mode or self.recycle_reason or self.completer.any_timed_out():
+        bring the worker to max_jobs, nor while a run whose job was lost may go on: the
+        database may have gone back in time (a failover) and offer that very job again.
+        Otherwise a claim is due (a poll, a notification, a reconnect); under flow
+        control also whenever outcomes free slots of the limit this worker held, or a
+        full queue would idle until the next poll."""
+        if (self.stop_mode or self.recycle_reason or self.completer.any_timed_out()
+                or self.executor.lost_runs()):
             return 0
         wanted = (self.claim_due or now >= self.next_poll
                   or (self.notified and now >= self.next_notified_claim))
@@ -421,10 +424,16 @@ def _withdraw_waiting(worker: Worker, keep: int = 0) -> None:
     ids = worker.executor.withdraw_waiting(keep)
     if not ids:
         return
-    back = store.withdraw(worker.conn, worker=worker.s.worker_id, ids=sorted(ids))
+    back = store.withdraw(worker.conn, worker=worker.s.worker_id, fences=_fences(worker, ids))
     log.info("withdrew %d job(s) no thread had started: %s", len(back), back)
     for job_id in ids:
         worker.executor.release(job_id)
+
+
+def _fences(worker: Worker, ids: Iterable[int]) -> dict[int, int]:
+    """{id: fence} of the jobs `ids` this worker runs, in id order."""
+    return {job_id: worker.running[job_id].job.fence for job_id in sorted(ids)
+            if job_id in worker.running}
 
 
 def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
@@ -481,10 +490,12 @@ def _shut_down(worker: Worker) -> None:
         assert worker.conn is not None
         worker._flush()
         if withdrawn:
-            ids = store.withdraw(worker.conn, worker=worker.s.worker_id, ids=sorted(withdrawn))
+            ids = store.withdraw(worker.conn, worker=worker.s.worker_id,
+                                 fences=_fences(worker, withdrawn))
             log.info("withdrew %d job(s) no thread had started: %s", len(ids), ids)
         if stopped:
-            ids = store.give_back(worker.conn, worker=worker.s.worker_id, ids=sorted(stopped))
+            ids = store.give_back(worker.conn, worker=worker.s.worker_id,
+                                  fences=_fences(worker, stopped))
             if ids:
                 log.info("gave back %d unfinished job(s): %s", len(ids), ids)
         for job_id in withdrawn | stopped:
