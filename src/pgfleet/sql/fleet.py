@@ -112,6 +112,13 @@ def heartbeat_ages(conn: Conn) -> list[HeartbeatAge]:
     return _many(conn, "heartbeat_ages", None, HeartbeatAge)
 
 
+def epoch_check(conn: Conn, *, lease: float) -> datetime | None:
+    """When the claims resume after the database changed under the fleet (a new WAL
+    timeline or system identifier); None when they are not held."""
+    value = _scalar(conn, "epoch_check", {"lease": lease})
+    return value if isinstance(value, datetime) else None
+
+
 def db_now(conn: Conn) -> datetime:
     now: datetime = _scalar(conn, "db_now")
     return now

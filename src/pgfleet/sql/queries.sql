@@ -539,6 +539,12 @@ SELECT id, host, pid, kind, queue, supervisor, failed_queues,
 SELECT host, kind, extract(epoch FROM now() - min(heartbeat_at))::float8 AS seconds
   FROM pgfleet.processes GROUP BY host, kind
 
+-- name: epoch_check :scalar
+-- When the claims resume after the database changed under the fleet (a failover, a
+-- restore), NULL when they are not held (functions/epoch_check.sql); the system identifier
+-- is compared too.
+SELECT pgfleet.epoch_check(%(lease)s::float8, true)
+
 -- name: db_now :scalar
 -- The scheduler's only clock: every host agrees on the server's time.
 SELECT now()

@@ -16,7 +16,6 @@ CREATE OR REPLACE FUNCTION pgfleet.epoch_check(lease float8, whole boolean)
 RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-SET jit = off
 AS $$
 DECLARE
     e        pgfleet.epoch;
