@@ -161,7 +161,6 @@ class Maintenance(DatabaseChild):
         if resume is not None:
             left = max(0.0, (resume - fleet_store.db_now(conn)).total_seconds())
             if resume != self.claims_resume_at:
-                metrics.database_changes.inc()
                 log.warning("the database changed under the fleet (a failover to a replica or"
                             " a restore: its WAL timeline or system identifier is new); no"
                             " job starts for %.0fs, until every lease granted before has"

@@ -73,11 +73,6 @@ claims_held = Gauge(
     " or a restore: a new WAL timeline or system identifier); 0 when they are not held.",
     multiprocess_mode="livemax",
 )
-database_changes = Counter(
-    "pgfleet_database_changes",
-    "Times this host's maintenance found the database changed under the fleet and the"
-    " claims held back until every earlier lease expired.",
-)
 jobs_rescued = Counter(
     "pgfleet_jobs_rescued", "Jobs given back from a dead worker or an expired lease.", ["queue"]
 )

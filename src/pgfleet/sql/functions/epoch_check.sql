@@ -26,7 +26,7 @@ DECLARE
     -- exit, or its keeper's kill of the task's processes.
     margin   constant float8 := 5;
 BEGIN
-    SELECT * INTO e FROM pgfleet.epoch;
+    SELECT * INTO e FROM pgfleet.epoch x WHERE x.one;
     IF NOT FOUND THEN
         INSERT INTO pgfleet.epoch (timeline) VALUES (tl) ON CONFLICT DO NOTHING;
         RETURN NULL;
@@ -40,10 +40,10 @@ BEGIN
            SET timeline = tl, system_id = sys, changed_at = now(),
                claims_resume_at = now() + make_interval(
                    secs => greatest(x.longest_lease, epoch_check.lease) + margin)
-         WHERE x.timeline IS DISTINCT FROM tl OR x.system_id IS DISTINCT FROM sys
+         WHERE x.one AND (x.timeline IS DISTINCT FROM tl OR x.system_id IS DISTINCT FROM sys)
         RETURNING * INTO e;
         IF NOT FOUND THEN
-            SELECT * INTO e FROM pgfleet.epoch;
+            SELECT * INTO e FROM pgfleet.epoch x WHERE x.one;
         END IF;
     ELSIF e.timeline IS NULL OR (e.system_id IS NULL AND sys IS NOT NULL)
           OR epoch_check.lease > e.longest_lease THEN
@@ -52,6 +52,7 @@ BEGIN
            SET timeline = coalesce(x.timeline, tl),
                system_id = coalesce(x.system_id, sys),
                longest_lease = greatest(x.longest_lease, epoch_check.lease)
+         WHERE x.one
         RETURNING * INTO e;
     END IF;
     IF e.claims_resume_at > now() THEN
