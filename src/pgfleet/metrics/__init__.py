@@ -67,6 +67,12 @@ claim_lock_timeouts = Counter(
     "Claims that gave up waiting for their queue's flow-control lock, held by a session"
     " that stopped talking.", ["queue"],
 )
+claims_held = Gauge(
+    "pgfleet_claims_held_seconds",
+    "Seconds until claims resume after the database changed under the fleet (a failover"
+    " or a restore: a new WAL timeline or system identifier); 0 when they are not held.",
+    multiprocess_mode="livemax",
+)
 jobs_rescued = Counter(
     "pgfleet_jobs_rescued", "Jobs given back from a dead worker or an expired lease.", ["queue"]
 )

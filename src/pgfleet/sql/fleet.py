@@ -123,6 +123,13 @@ def claim_costs(conn: Conn) -> ClaimCosts:
     return _one(conn, "claim_costs", None, ClaimCosts)
 
 
+def epoch_check(conn: Conn, *, lease: float) -> datetime | None:
+    """When the claims resume after the database changed under the fleet (a new WAL
+    timeline or system identifier); None when they are not held."""
+    value = _scalar(conn, "epoch_check", {"lease": lease})
+    return value if isinstance(value, datetime) else None
+
+
 def db_now(conn: Conn) -> datetime:
     now: datetime = _scalar(conn, "db_now")
     return now

@@ -20,6 +20,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_defaults TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_limits TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_starts TO {runtime};
 GRANT SELECT ON pgfleet.migrations TO {runtime};
+GRANT SELECT, INSERT, UPDATE ON pgfleet.epoch TO {runtime};
+GRANT USAGE ON SEQUENCE pgfleet.job_ids TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_jobs(text[], text[], text[], integer[], timestamptz[], float8[], integer[], text[], text[], text[]) TO {runtime};

@@ -69,6 +69,7 @@ class ClaimedJob:
     run_at: datetime
     meta: str | None = None  # JSON text of the job's meta; None when it is empty
     more: bool = False  # the claim's byte budget (max_bytes) left due jobs behind
+    fence: int = 0  # this claim's fence: every write of the running job names it
 
 
 @dataclass(slots=True)
@@ -89,6 +90,7 @@ class DoneOrClaimed:
     run_at: datetime | None
     meta: str | None
     more: bool | None
+    fence: int | None
 
 
 
@@ -101,7 +103,7 @@ class JobId:
 @dataclass(frozen=True)
 class Failure:
     id: int
-    attempt: int
+    fence: int
     error: str
     delay: float
     final: bool
@@ -142,7 +144,7 @@ class Lease:
 
     id: int
     holder: str
-    attempt: int
+    fence: int | None  # None: claimed by a release before fences
     beats: int
 
 

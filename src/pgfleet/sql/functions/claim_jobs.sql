@@ -47,7 +47,7 @@ CREATE OR REPLACE FUNCTION pgfleet.claim_jobs(
     max_bytes      bigint
 ) RETURNS TABLE (id bigint, task text, args text, attempt integer, max_attempts integer,
                  args_size integer, wait_seconds float8, solo boolean, priority integer,
-                 run_at timestamptz, meta text, more boolean)
+                 run_at timestamptz, meta text, more boolean, fence bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 -- A queue's lock held by a session that stopped talking is waited for this long, then the
@@ -74,6 +74,11 @@ DECLARE
     key_running  integer[] := '{}';
     full_keys    text[] := '{}';
 BEGIN
+    -- Nothing starts on a database that has just changed under the fleet (a failover)
+    -- while a run it lost may go on (functions/epoch_check.sql).
+    IF pgfleet.epoch_check(claim_jobs.lease, false) IS NOT NULL THEN
+        RETURN;
+    END IF;
     -- Flow control, when the queue has published limits: the claim takes the queue's lock
     -- (its queue_limits row), so the claims of one queue count running jobs and recent
     -- starts one after another, and takes no more than the limits leave.
@@ -192,7 +197,9 @@ BEGIN
            SET state = 'running', attempt = least(j.attempt, 999999) + 1,
                lease_holder = claim_jobs.worker,
                lease_expires_at = now() + make_interval(secs => claim_jobs.lease),
-               started_at = started
+               started_at = started,
+               fence = (floor(random() * 2147483648)::bigint << 31)
+                       | floor(random() * 2147483648)::bigint
          WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
         RETURNING j.id, j.task, j.args::text AS args, j.attempt, j.max_attempts,
                   CASE WHEN isfinite(j.run_at)
@@ -201,7 +208,7 @@ BEGIN
                   -- The claim cursor's key; any run_at before 1970 keys it alike, and
                   -- '-infinity' is no Python datetime.
                   greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
-                  nullif(j.meta, '{}'::jsonb)::text AS meta
+                  nullif(j.meta, '{}'::jsonb)::text AS meta, j.fence
     )
     -- Args are turned into text once, and sent only within args_limit.
     SELECT l.id, l.task,
@@ -209,7 +216,7 @@ BEGIN
            l.attempt, l.max_attempts, octet_length(l.args), l.waited, l.solo, l.priority,
            l.run_at, l.meta,
            -- Due rows left behind by the budget: the worker claims again soon.
-           (SELECT count(*) FROM fits) < (SELECT count(*) FROM c)
+           (SELECT count(*) FROM fits) < (SELECT count(*) FROM c), l.fence
       FROM leased l;
     IF limited AND lim.rate_limit IS NOT NULL THEN
         -- A rate-limited queue's starts, read back by the next claims' window.
