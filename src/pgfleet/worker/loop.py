@@ -396,6 +396,9 @@ class Worker(ChildProcess):
         self.exit_code = EXIT_LEASE_LOST
         self.stop_mode = "quick"
         self.abandoned = True
+        if self.reconnect.last_error:
+            log.error("worker %s: last database error: %s", self.s.worker_id,
+                      self.reconnect.last_error)
 
     # ---- wake-ups and the process title --------------------------------------------------
 
