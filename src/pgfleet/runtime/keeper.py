@@ -54,7 +54,7 @@ from pgfleet.runtime import logs
 from pgfleet.runtime.beacon import Beacon
 from pgfleet.runtime.child import set_title
 from pgfleet.runtime.exit_codes import EXIT_CRASHED, EXIT_OK
-from pgfleet.runtime.process_groups import live_members
+from pgfleet.runtime.process_groups import doomed, live_members
 
 log = logging.getLogger("pgfleet.keeper")
 
@@ -185,15 +185,19 @@ def clean_up(worker: int) -> None:
     KILL_WAIT passed), then name what was killed."""
     deadline = time.monotonic() + KILL_WAIT
     killed: set[int] = set()
+    first = True
     while True:
         left = live_members(worker)
         if not left:
             break
+        if first:
+            # What a worker that exited by itself killed on its way out is not news.
+            killed.update(pid for pid in left if not doomed(pid))
+            first = False
         try:
             os.killpg(worker, signal.SIGKILL)
         except ProcessLookupError:
             break
-        killed.update(left)
         if time.monotonic() >= deadline:
             log.warning("processes of worker %d's group survive SIGKILL: %s", worker, left)
             break

@@ -106,6 +106,18 @@ def live_members(pgid: int) -> list[int]:
     return found
 
 
+def doomed(pid: int) -> bool:
+    """Is a SIGKILL already on its way to `pid` (sent, not yet acted on)?"""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # gone already
+    for line in text.splitlines():
+        if line.startswith("ShdPnd:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGKILL - 1)))
+    return False
+
+
 def children(pid: int, tid: int | None = None) -> list[int]:
     """Children of process `pid`: of its thread `tid` only, or of all its threads."""
     tasks = [str(tid)] if tid is not None else _tasks(pid)
