@@ -85,4 +85,7 @@ def test_a_frozen_supervisors_job_processes_die_before_the_lease_expires(
         wait_for(lambda: f"worker {worker} is gone; killed" in a.log(), timeout=10)
     else:
         wait_for(lambda: f"worker {worker} has not renewed its leases" in a.log(), timeout=10)
+        # Awake again, the supervisor reaps the worker and says who killed it.
+        wait_for(lambda: f"pid {worker} exited: SIGKILL (by its keeper: leases not renewed)"
+                 in a.log(), timeout=10)
     books.check(dsn, [job_id])

@@ -20,9 +20,10 @@ import time
 
 _BEAT = struct.Struct("dd")  # last beat (monotonic seconds), jobs running: the child's
 _PEERS = struct.Struct("d")  # workers of the child's queue: the master's
-_EXIT_MARK = struct.Struct("d")  # the child's exit mark: GAVE_UP or HELD_NOTHING
+_EXIT_MARK = struct.Struct("d")  # the child's exit mark: GAVE_UP, HELD_NOTHING or KEPT
 GAVE_UP = 1.0  # it exits with jobs still leased to it, on purpose
 HELD_NOTHING = 2.0  # it exits never having claimed a job: there is nothing to give back
+KEPT = 3.0  # its keeper killed it: it held jobs on leases it had not renewed in time
 _RENEWED = struct.Struct("d")  # the worker's: when its last good renewal was sent (0: none)
 _EXIT_MARK_AT = _BEAT.size + _PEERS.size
 _RENEWED_AT = _EXIT_MARK_AT + _EXIT_MARK.size
@@ -72,6 +73,10 @@ class BeaconBoard:
     def held_nothing(self, index: int) -> bool:
         """Did the child in this slot mark that it never claimed a job (read after it died)?"""
         return self._exit_mark(index) == HELD_NOTHING
+
+    def killed_by_keeper(self, index: int) -> bool:
+        """Did the keeper of the child in this slot kill it (read after it died)?"""
+        return self._exit_mark(index) == KEPT
 
     def _exit_mark(self, index: int) -> float:
         (mark,) = _EXIT_MARK.unpack_from(self.memory, index * _SLOT_SIZE + _EXIT_MARK_AT)
@@ -132,6 +137,10 @@ class Beacon:
     def held_nothing(self) -> None:
         """The worker is about to exit without ever having claimed a job."""
         self._mark_exit(HELD_NOTHING)
+
+    def kept(self) -> None:
+        """The worker's keeper is about to kill it (pgfleet.runtime.keeper)."""
+        self._mark_exit(KEPT)
 
     def _mark_exit(self, mark: float) -> None:
         _EXIT_MARK.pack_into(self.board.memory, self.index * _SLOT_SIZE + _EXIT_MARK_AT, mark)

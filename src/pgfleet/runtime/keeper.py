@@ -117,6 +117,9 @@ def run(worker: int, beacon: Beacon, lease: float) -> int:
         if busy > 0 and renewed > 0:
             late = time.monotonic() - renewed
             if late >= limit and watch.alive():
+                # The slot is still the worker's: the supervisor reuses it only after
+                # the worker's exit. The mark tells it who killed the worker.
+                beacon.kept()
                 kill_frozen(worker, watch, busy, late, lease)
                 return EXIT_OK
             wait = min(step, max(0.0, limit - late))
