@@ -43,6 +43,7 @@ that needs the whole pid space to wrap in the moment between the two.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import logging
 import os
@@ -142,6 +143,12 @@ class Watch:
             # It died before the pidfd was opened: the pid may name another process now.
             os.close(self.pidfd)
             self.pidfd = None
+        if self.pidfd is not None and self.pidfd < 3:
+            # A standard descriptor was closed, and the pidfd took its number: move it
+            # above them, where close_inherited keeps it.
+            moved = fcntl.fcntl(self.pidfd, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(self.pidfd)
+            self.pidfd = moved
         self._gone = os.getppid() != worker
 
     def close_inherited(self) -> None:
