@@ -21,20 +21,20 @@ from tests.support.workers import wait_for
 
 LEASE = 2.0
 Kept = tuple[subprocess.Popen[bytes], int, int, int]  # the worker; its keeper, shell, grandchild
-Start = Callable[[str], Kept]
+Start = Callable[..., Kept]  # (mode, sink=None): sink, a descriptor for stdout and stderr
 
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Start]:
     started: list[tuple[subprocess.Popen[bytes], list[int]]] = []
 
-    def run(mode: str) -> Kept:
+    def run(mode: str, sink: int | None = None) -> Kept:
         folder = tmp_path / mode
         folder.mkdir()
         log = open(folder / "log", "wb")  # noqa: SIM115 - closed with the file's owner
         worker = subprocess.Popen(
             [sys.executable, "-m", "tests.support.kept_worker", str(LEASE), str(folder), mode],
-            stdout=log, stderr=subprocess.STDOUT)
+            stdout=log if sink is None else sink, stderr=subprocess.STDOUT)
         log.close()
         pids_file = folder / "pids"
         wait_for(pids_file.exists, timeout=30)
@@ -115,3 +115,23 @@ def test_the_keeper_holds_no_inherited_descriptor(start: Start) -> None:
     fds = sorted(int(fd) for fd in os.listdir(f"/proc/{kept}/fd"))
     assert fds[:3] == [0, 1, 2] and len(fds) == 4, fds
     assert os.readlink(f"/proc/{kept}/fd/{fds[3]}") == "anon_inode:[pidfd]"
+
+
+def test_a_stalled_stderr_does_not_hold_the_keeper(start: Start) -> None:
+    """Its stderr is a pipe that is full and that nobody reads: the keeper still kills
+    the frozen worker's group, then exits although its line cannot be written."""
+    read_end, write_end = os.pipe()
+    try:
+        os.set_blocking(write_end, False)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                os.write(write_end, b"x" * 65536)
+        os.set_blocking(write_end, True)  # as a real stderr: a write would wait
+        worker, kept, shell, grandchild = start("stale", sink=write_end)
+        os.kill(worker.pid, signal.SIGSTOP)
+        assert worker.wait(10) == -signal.SIGKILL
+        wait_for(lambda: not alive(grandchild) and not alive(shell), timeout=10)
+        wait_for(lambda: not alive(kept), timeout=10)  # LOG_DRAIN (1 s), then it exits
+    finally:
+        os.close(read_end)
+        os.close(write_end)
