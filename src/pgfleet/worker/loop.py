@@ -372,6 +372,8 @@ class Worker(ChildProcess):
         assert self.conn is not None
         self.leases.renew(self.conn, self.executor,
                           also={job.id: job.fence for job in self.deferred.values()})
+        if self.beacon is not None:  # for the keeper (pgfleet.runtime.keeper)
+            self.beacon.leases_renewed(self.leases.renewed)
         self.recycle_reason = self.recycle_reason or over_memory(self.s.max_memory)
 
     # ---- timeouts and leases, with or without the database ---------------------------------
@@ -405,6 +407,9 @@ class Worker(ChildProcess):
         self.exit_code = EXIT_LEASE_LOST
         self.stop_mode = "quick"
         self.abandoned = True
+        if self.reconnect.last_error:
+            log.error("worker %s: last database error: %s", self.s.worker_id,
+                      self.reconnect.last_error)
 
     # ---- wake-ups and the process title --------------------------------------------------
 
@@ -498,6 +503,9 @@ def _admit(worker: Worker, jobs: list[store.ClaimedJob]) -> None:
                          [max(0.0, job.wait_seconds) for job in jobs])
     for label, count in Counter(running.label for running in admitted).items():
         worker.metric(metrics.jobs_started, worker.s.queue, label).inc(count)
+    # The keeper must know of the jobs before a thread can start one.
+    worker.busy = len(worker.running)
+    worker.beat()
     for running in admitted:
         worker.executor.hand(running)
 
@@ -544,6 +552,8 @@ def _shut_down(worker: Worker) -> None:
                 log.info("gave back %d unfinished job(s): %s", len(ids), ids)
         for job_id in withdrawn | stopped:
             worker.executor.release(job_id)
+        worker.busy = len(worker.running)  # the keeper holds it to no lease it gave back
+        worker.beat()
         if worker.running:
             log.warning("left %d job(s) leased, their threads still running: %s; they "
                         "are returned once this process is gone", len(worker.running),
