@@ -54,6 +54,9 @@ RATE = 6.0  # jobs enqueued per second
 LAG_SECONDS = 4.0  # how far behind the replica is at the failover
 CUT_SECONDS = 8.0  # how long the slow host cannot reach any node after the failover
 ASYNC_ROUNDS = 3
+# A backlog of BURST 2-second jobs falls due between these seconds after the lag begins.
+BURST = 6
+BURST_DUE = (LAG_SECONDS - 1.5, LAG_SECONDS - 0.3)
 
 
 class Partition(Proxy):
@@ -90,18 +93,37 @@ class Producer(threading.Thread):
         self.acks: list[Ack] = []
         self.unknown = 0
         self.stopping = threading.Event()
+        self.lock = threading.Lock()  # the numbering and the acknowledgements
+
+    def take(self) -> int:
+        with self.lock:
+            n, self.n = self.n, self.n + 1
+        return n
+
+    def burst(self, delays: list[float], seconds: float) -> None:
+        """From the caller's thread, in one transaction: one job per delay, due that many
+        seconds later (a backlog that falls due while the replica lags)."""
+        jobs = [(self.take(), delay) for delay in delays]
+        with psycopg.connect(self.dsn) as conn:
+            done = [pgfleet.enqueue_job(conn, "ha.step", {"n": n, "seconds": seconds},
+                                        delay=delay) for n, delay in jobs]
+            conn.commit()
+        with self.lock:
+            self.acks += [Ack(n, d.job_id, seconds) for (n, _), d in zip(jobs, done,
+                                                                         strict=True)]
 
     def run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
         while not self.stopping.is_set():
             seconds = round(self.random.uniform(0.5, 2.0), 2)
-            n, self.n = self.n, self.n + 1
+            n = self.take()
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(self.dsn)
                 done = pgfleet.enqueue_job(conn, "ha.step", {"n": n, "seconds": seconds})
                 conn.commit()
-                self.acks.append(Ack(n, done.job_id, seconds))
+                with self.lock:
+                    self.acks.append(Ack(n, done.job_id, seconds))
             except psycopg.Error:
                 self.unknown += 1
                 if conn is not None:
@@ -267,8 +289,9 @@ class Scenario:
     next_n: int = 0
 
     def logs(self) -> str:
-        return "".join(f"--- {f.log_path.name}\n{f.log()[-3000:]}\n" for f in self.fleets) \
-            + self.stack.logs()
+        # The supervisors' logs last: a failure shows the tail.
+        return self.stack.logs()[-3000:] + "".join(
+            f"--- {f.log_path.name}\n{f.log()[-2000:]}\n" for f in self.fleets)
 
     def fleet(self, name: str, dsn: str) -> Fleet:
         text = config_text({"default": QUEUE}, tasks=["tests.ha.hatasks"],
@@ -290,6 +313,13 @@ class Scenario:
             # Jobs are running and some have ended before anything goes wrong.
             wait_until(lambda: len(producer.acks) >= 10 and self.ended() >= 3, 60,
                        "jobs flowing", log=self.logs)
+            if lag:
+                # Jobs enqueued before the lag (so the replica has them) fall due and are
+                # claimed while it lags, and still run at the failover: on the new
+                # primary they wait again, unclaimed.
+                step = (BURST_DUE[1] - BURST_DUE[0]) / (BURST - 1)
+                producer.burst([BURST_DUE[0] + i * step for i in range(BURST)], 2.0)
+                stack.wait_replayed()
             lag_began = time.monotonic()
             if lag:
                 stack.start_lag()

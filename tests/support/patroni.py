@@ -323,6 +323,22 @@ class HaStack:
         wait_until(streaming, timeout, f"{node.name} to stream from the primary",
                    interval=0.2, log=self.logs)
 
+    def wait_replayed(self, timeout: float = 30) -> None:
+        """The replica has replayed everything the primary had written when called."""
+        primary = self.primary()
+        replica = next(n for n in self.nodes if n is not primary)
+        with primary.connect() as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+
+        def replayed() -> bool:
+            with replica.connect() as conn:
+                got = conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                   (row[0],)).fetchone()
+            return bool(got and got[0])
+        wait_until(replayed, timeout, f"{replica.name} to replay up to {row[0]}",
+                   log=self.logs)
+
     # ---- databases ---------------------------------------------------------------------
 
     def dsn(self, dbname: str, ports: tuple[int, int] | None = None, **extra: Any) -> str:
