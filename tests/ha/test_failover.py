@@ -27,6 +27,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -57,6 +59,10 @@ ASYNC_ROUNDS = 3
 # A backlog of BURST 2-second jobs falls due between these seconds after the lag begins.
 BURST = 6
 BURST_DUE = (LAG_SECONDS - 1.5, LAG_SECONDS - 0.3)
+
+
+# Counts read from the whole ledger (the others are of one round's acknowledgements).
+LEDGER_COUNTS = ("overlaps", "finished_twice", "attempt_in_two_pids")
 
 
 class Partition(Proxy):
@@ -287,6 +293,7 @@ class Scenario:
     folder: Path
     fleets: list[Fleet] = field(default_factory=list)
     next_n: int = 0
+    seen: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEDGER_COUNTS, 0))
 
     def logs(self) -> str:
         # The supervisors' logs last: a failure shows the tail.
@@ -350,6 +357,9 @@ class Scenario:
                    interval=0.3, log=self.logs)
         stack.wait_streaming(old)
         counts, problems = check_books(self.ledger_dsn, self.jobs_dsn, producer.acks)
+        # The ledger holds every round so far: its counts become this round's.
+        for key in LEDGER_COUNTS:
+            counts[key], self.seen[key] = counts[key] - self.seen[key], counts[key]
         counts.update(lag_kb=report.lag_bytes // 1024, failover_s=round(report.seconds, 2),
                       unknown=producer.unknown)
         figures.rounds.append(counts)
@@ -443,3 +453,21 @@ def test_failover_with_synchronous_replication_loses_no_acknowledged_job(
         for f in scenario.fleets:
             f.stop()
         stack.set_synchronous(False)
+
+
+def status_of(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_patronis_health_checks_name_the_primary(stack: HaStack) -> None:
+    """What a load balancer in front of PgBouncer or PostgreSQL asks (high-availability.md):
+    GET /primary answers 200 on the primary alone, GET /replica 200 on the replica."""
+    primary, replica = stack.primary(), stack.replica()
+    assert status_of(primary.rest, "/primary") == 200
+    assert status_of(replica.rest, "/primary") == 503
+    assert status_of(replica.rest, "/replica") == 200
+    assert status_of(primary.rest, "/replica") == 503
