@@ -400,7 +400,12 @@ def scenario(stack: HaStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def report(figures: Figures) -> None:
+    """Print the figures (pytest -s), append them to $PGFLEET_HA_FIGURES if set (under
+    xdist nothing is printed), then fail on any broken promise."""
     print(f"\n[ha] {figures.line()}")
+    if path := os.environ.get("PGFLEET_HA_FIGURES"):
+        with open(path, "a") as out:
+            out.write(f"[ha] {figures.line()}\n")
     assert not figures.problems, (f"{len(figures.problems)} broken promise(s); "
                                   f"{figures.line()}:\n  " + "\n  ".join(figures.problems[:25]))
 
