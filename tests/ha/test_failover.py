@@ -56,8 +56,10 @@ RATE = 6.0  # jobs enqueued per second
 LAG_SECONDS = 4.0  # how far behind the replica is at the failover
 CUT_SECONDS = 8.0  # how long the slow host cannot reach any node after the failover
 ASYNC_ROUNDS = 3
-# A backlog of BURST 2-second jobs falls due between these seconds after the lag begins.
+# A backlog of BURST jobs of BURST_SECONDS falls due between these seconds after the lag
+# begins: they still run when the primary dies.
 BURST = 6
+BURST_SECONDS = 3.0
 BURST_DUE = (LAG_SECONDS - 1.5, LAG_SECONDS - 0.3)
 
 
@@ -325,7 +327,7 @@ class Scenario:
                 # claimed while it lags, and still run at the failover: on the new
                 # primary they wait again, unclaimed.
                 step = (BURST_DUE[1] - BURST_DUE[0]) / (BURST - 1)
-                producer.burst([BURST_DUE[0] + i * step for i in range(BURST)], 2.0)
+                producer.burst([BURST_DUE[0] + i * step for i in range(BURST)], BURST_SECONDS)
                 stack.wait_replayed()
             lag_began = time.monotonic()
             if lag:
@@ -340,8 +342,7 @@ class Scenario:
             report = stack.fail_over()
             cut_began = time.monotonic()
             old = stack.node_named(report.old)
-            old.replication.restore()
-            stack.start_patroni(old)
+            stack.rejoin(old, wait=False)  # rewound while the jobs settle
             acks_before = len(producer.acks)
             wait_until(lambda: len(producer.acks) - acks_before >= 10
                        and (not slow or time.monotonic() - cut_began >= CUT_SECONDS), 90,

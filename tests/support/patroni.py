@@ -392,7 +392,8 @@ class HaStack:
             got = conn.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn,"
                                " pg_last_wal_receive_lsn())::bigint",
                                (row[0] if row else None,)).fetchone()
-        return int(got[0]) if got and got[0] is not None else 0
+        # A replica that received a record the primary has not flushed yet counts 0.
+        return max(0, int(got[0])) if got and got[0] is not None else 0
 
     def fail_over(self, timeout: float = 60) -> FailoverReport:
         """The primary's host dies: its Patroni is killed and its PostgreSQL stopped `-m
@@ -424,14 +425,15 @@ class HaStack:
         timeline = int(wal[0][:8], 16) if wal else (int(row[0]) if row else 0)
         return FailoverReport(old.name, new.name, lag, seconds, timeline)
 
-    def rejoin(self, node: Node, timeout: float = 120) -> None:
+    def rejoin(self, node: Node, wait: bool = True, timeout: float = 120) -> None:
         """Bring a failed node back: its replication proxy opens again and its Patroni
-        starts; Patroni rewinds it and it streams from the new primary."""
+        starts; Patroni rewinds it and it streams from the new primary (awaited unless
+        `wait` is false: then call wait_streaming)."""
         node.replication.restore()
-        if node.patroni_alive():
-            return
-        self.start_patroni(node)
-        self.wait_streaming(node, timeout)
+        if not node.patroni_alive():
+            self.start_patroni(node)
+        if wait:
+            self.wait_streaming(node, timeout)
 
     def _pg_ctl(self, *argv: str) -> None:
         cmd = [str(BIN / "pg_ctl"), *argv]
