@@ -26,10 +26,10 @@ pgbouncer-service-off:
 	-@command -v update-rc.d >/dev/null && update-rc.d pgbouncer disable
 	-@command -v service >/dev/null && service pgbouncer stop
 
-# Debian's etcd-server starts a system etcd on port 2379 (and Patroni may start a
-# service). The high-availability tests run their own etcd and Patroni on free ports.
+# Debian's etcd-server enables (and, where services may start, starts) a system etcd on
+# port 2379. The high-availability tests run their own etcd and Patroni on free ports.
 etcd-service-off:
-	-@command -v systemctl >/dev/null && systemctl disable --now etcd.service patroni.service
+	-@command -v systemctl >/dev/null && systemctl disable etcd.service
 	-@command -v update-rc.d >/dev/null && update-rc.d etcd disable
 	-@command -v service >/dev/null && service etcd stop
 
