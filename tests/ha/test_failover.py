@@ -49,7 +49,8 @@ from tests.support.fleet import Fleet, alive, config_text
 from tests.support.patroni import FailoverReport, HaStack, wait_until
 from tests.support.proxy import Proxy
 
-pytestmark = pytest.mark.faults
+# Three failovers and a cluster's start take two minutes alone; more on a loaded machine.
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
 
 SUPERVISOR = {"heartbeat_interval": "0.3s", "stale_after": "4s", "lease": "6s",
               "shutdown_timeout": "2s"}
