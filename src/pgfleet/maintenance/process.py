@@ -137,7 +137,8 @@ class Maintenance(DatabaseChild):
                 log.info("queue %r flow control published: %s", name, flow.describe(found))
 
     def pass_once(self) -> None:
-        """One maintenance pass: rescue, heartbeat, rescue expired leases, prune, measure."""
+        """One maintenance pass: rescue, heartbeat, move the claims' heads, rescue expired
+        leases, prune, measure."""
         conn = self.connection()
         self._rescue_requested()
         now = time.monotonic()
@@ -147,6 +148,7 @@ class Maintenance(DatabaseChild):
             self.reported_failures = UNREAD  # the row may have been made again: rewrite
         self._report_failures(conn)
         self._check_epoch(conn)
+        fleet_store.move_heads(conn)
         self._rescue_stale(conn)
         if now >= self.next_prune:
             self._prune(conn)

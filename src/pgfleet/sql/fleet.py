@@ -130,6 +130,11 @@ def epoch_check(conn: Conn, *, lease: float) -> datetime | None:
     return value if isinstance(value, datetime) else None
 
 
+def move_heads(conn: Conn) -> int:
+    """Move the claims' heads past the jobs claimed since the last move; how many moved."""
+    return int(_scalar(conn, "move_heads", {}) or 0)
+
+
 def db_now(conn: Conn) -> datetime:
     now: datetime = _scalar(conn, "db_now")
     return now

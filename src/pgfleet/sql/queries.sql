@@ -545,6 +545,10 @@ SELECT host, kind, extract(epoch FROM now() - min(heartbeat_at))::float8 AS seco
 -- is compared too.
 SELECT pgfleet.epoch_check(%(lease)s::float8, true)
 
+-- name: move_heads :scalar
+-- Moves the claims' heads forward past the jobs claimed since (functions/move_heads.sql).
+SELECT pgfleet.move_heads()
+
 -- name: db_now :scalar
 -- The scheduler's only clock: every host agrees on the server's time.
 SELECT now()

@@ -112,6 +112,24 @@ CREATE INDEX jobs_ended_badly_queue_idx ON pgfleet.jobs (state, queue, id)
     WHERE state IN ('dead', 'cancelled');
 
 
+-- Where each priority's waiting rows of a queue begin, for the claims: no waiting row of
+-- (queue, priority) has a claim key below (run_at, id), so a claim starts there instead of
+-- at the head of jobs_claim_idx, past the entries of every job claimed before. Those entries
+-- stay while any snapshot might still see their rows (a long transaction elsewhere holds the
+-- xmin horizon), and a claim from the head would step over all of them.
+-- Writers of waiting rows lower a head below their keys (functions/jobs_heads_*.sql);
+-- maintenance moves heads forward (functions/move_heads.sql), over dead entries only.
+-- passed_*: where the last move started, rechecked by the next for rows committed late.
+CREATE TABLE pgfleet.queue_heads (
+    queue         text NOT NULL,
+    priority      integer NOT NULL,
+    run_at        timestamptz NOT NULL,
+    id            bigint NOT NULL,
+    passed_run_at timestamptz,
+    passed_id     bigint,
+    PRIMARY KEY (queue, priority)
+);
+
 -- Queues, their limits and the defaults an enqueue gets --------------------------------
 
 -- A queue's pause flag; a queue without a row runs.
@@ -248,6 +266,15 @@ CREATE TRIGGER jobs_run_at_limits
     WHEN (NOT (NEW.run_at >= '1970-01-01 00:00:00+00' AND NEW.run_at < '3000-01-01 00:00:00+00'))
     EXECUTE FUNCTION pgfleet.jobs_fields_refused();
 
+-- Every waiting row is at or past its queue and priority's head: new rows lower it...
+CREATE TRIGGER jobs_heads_inserted
+    AFTER INSERT ON pgfleet.jobs REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.jobs_heads_inserted();
+-- ...and so do rows that wait again (a retry, a give-back, a rescue).
+CREATE TRIGGER jobs_heads_requeued
+    AFTER UPDATE OF state ON pgfleet.jobs FOR EACH ROW
+    WHEN (NEW.state = 'queued' AND OLD.state <> 'queued')
+    EXECUTE FUNCTION pgfleet.jobs_heads_requeued();
 -- One NOTIFY per queue per inserting statement wakes that queue's workers.
 CREATE TRIGGER jobs_notify
     AFTER INSERT ON pgfleet.jobs REFERENCING NEW TABLE AS new_jobs
