@@ -467,6 +467,11 @@ def test_failover_to_a_lagging_asynchronous_replica(scenario: Scenario) -> None:
         timelines.append(scenario.round(figures, lag=True).timeline)
     assert timelines == sorted(set(timelines)), timelines  # each round a real promotion
     assert all(r["lag_kb"] > 0 for r in figures.rounds), figures.line()
+    # What an operator sees (docs/high-availability.md): each host's maintenance says once
+    # per failover that the claims wait, and that they resumed.
+    logs = [f.log() for f in scenario.fleets]
+    for said in ("the database changed under the fleet", "claims resumed after the database"):
+        assert all(log.count(said) >= ASYNC_ROUNDS for log in logs), (said, logs[0][-3000:])
     report(figures)
 
 
