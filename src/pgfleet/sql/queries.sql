@@ -83,11 +83,14 @@ SELECT EXISTS (SELECT 1 FROM pgfleet.queue_limits l
 -- touched; the row is found by primary key and the fence checked on it. Fences and results
 -- come as JSON objects keyed by id, parsed once (the sub-selects): a join with unnest() may
 -- be planned as a nested loop re-reading the arrays for every running row.
+-- `state::text`: here and in every write below that names its rows by id, the rows are
+-- found by primary key. jobs_lease_expiry_idx matches `state = 'running'`, and it keeps an
+-- entry for every job that ran while a long snapshot holds the xmin horizon.
 UPDATE pgfleet.jobs j
    SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
        result = (SELECT %(results)s::jsonb) -> j.id::text
  WHERE j.id = ANY(%(ids)s::bigint[])
-   AND j.fence = ((SELECT %(fences)s::jsonb) ->> j.id::text)::bigint AND j.state = 'running'
+   AND j.fence = ((SELECT %(fences)s::jsonb) ->> j.id::text)::bigint AND j.state::text = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id
 
@@ -117,7 +120,7 @@ UPDATE pgfleet.jobs j
        lease_holder = NULL, lease_expires_at = NULL
   FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[],
               %(delays)s::float8[], %(finals)s::bool[]) AS d(id, fence, error, delay, final)
- WHERE j.id = d.id AND j.fence = d.fence AND j.state = 'running'
+ WHERE j.id = d.id AND j.fence = d.fence AND j.state::text = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id, j.state::text AS state, j.run_at
 
@@ -127,7 +130,7 @@ UPDATE pgfleet.jobs j
    SET state = 'cancelled', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
        last_error = 'cancelled while running (attempt ' || j.attempt || ')'
   FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
- WHERE j.id = d.id AND j.fence = d.fence AND j.state = 'running'
+ WHERE j.id = d.id AND j.fence = d.fence AND j.state::text = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id
 
@@ -141,7 +144,7 @@ UPDATE pgfleet.jobs j
        lease_holder = NULL, lease_expires_at = NULL
   FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(delays)s::float8[])
        AS d(id, fence, delay)
- WHERE j.id = d.id AND j.fence = d.fence AND j.state = 'running'
+ WHERE j.id = d.id AND j.fence = d.fence AND j.state::text = 'running'
    AND j.lease_holder = %(worker)s AND j.snoozes < %(max_snoozes)s
 RETURNING j.id
 
@@ -151,7 +154,7 @@ RETURNING j.id
 UPDATE pgfleet.jobs j SET progress = d.progress::jsonb
   FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(progress)s::text[])
        AS d(id, fence, progress)
- WHERE j.id = d.id AND j.fence = d.fence AND j.state = 'running'
+ WHERE j.id = d.id AND j.fence = d.fence AND j.state::text = 'running'
    AND j.lease_holder = %(worker)s
 
 -- name: cancels_requested :many
@@ -187,7 +190,7 @@ UPDATE pgfleet.jobs j
        lease_holder = NULL, lease_expires_at = NULL
   FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
  WHERE j.id = d.id AND j.fence = d.fence AND j.lease_holder = %(worker)s
-   AND j.state = 'running'
+   AND j.state::text = 'running'
 RETURNING j.id
 
 -- name: give_back :many
@@ -222,7 +225,7 @@ UPDATE pgfleet.jobs j SET lease_expires_at = now() + make_interval(secs => %(lea
                           beats = j.beats + 1
   FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
  WHERE j.id = d.id AND j.fence = d.fence AND j.lease_holder = %(worker)s
-   AND j.state = 'running'
+   AND j.state::text = 'running'
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
 
 -- name: held_by :many
@@ -259,7 +262,7 @@ UPDATE pgfleet.jobs j
   FROM (SELECT u.id, u.delay,
                %(running)s::bigint[] IS NULL OR u.id = ANY(%(running)s::bigint[]) AS ran
           FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS u(id, delay)) d
- WHERE j.id = d.id AND j.lease_holder = %(worker)s AND j.state = 'running'
+ WHERE j.id = d.id AND j.lease_holder = %(worker)s AND j.state::text = 'running'
 RETURNING j.id, j.queue, j.task, j.state::text AS state, d.ran
 
 -- name: rescue_gave_up :many

@@ -1,5 +1,7 @@
 -- complete_succeeded and claim_jobs in one call (queries.sql: complete_and_claim): one round
 -- trip and one commit per batch. The completion touches running rows, the claim queued ones.
+-- The completion finds its rows by primary key (`state::text`: see complete_succeeded in
+-- queries.sql).
 -- fences: each job's fence by id, as complete_succeeded takes them. Any role may call it;
 -- it runs as its caller, who needs UPDATE on pgfleet.jobs.
 CREATE OR REPLACE FUNCTION pgfleet.succeed_and_claim_jobs(
@@ -43,7 +45,7 @@ BEGIN
                result = succeed_and_claim_jobs.results -> j.id::text
          WHERE j.id = ANY (succeed_and_claim_jobs.ids)
            AND j.fence = (succeed_and_claim_jobs.fences ->> j.id::text)::bigint
-           AND j.state = 'running' AND j.lease_holder = succeed_and_claim_jobs.worker
+           AND j.state::text = 'running' AND j.lease_holder = succeed_and_claim_jobs.worker
         RETURNING j.id
     )
     SELECT ARRAY(SELECT f.id FROM finished f) INTO completed;
