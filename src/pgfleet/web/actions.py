@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from pgfleet.sql import store
+from pgfleet.web import forms, lists
 from pgfleet.web.forms import BadInput, whole_number
 from pgfleet.web.rendering import render
 from pgfleet.web.security import CSRF_COOKIE, CSRF_FIELD, csrf_valid
@@ -19,6 +20,11 @@ from pgfleet.web.security import CSRF_COOKIE, CSRF_FIELD, csrf_valid
 PRUNE_BATCH = 10_000
 MAX_HOURS = 24 * 365 * 100
 MAX_FORM_BYTES = 16 * 1024
+# A form names at most this many jobs (a page is 50); "every job matching the filter"
+# reaches at most the newest BULK_MATCHING of them, so one action is one bounded statement.
+BULK_IDS = 500
+BULK_MATCHING = 10_000
+BULK_FIELDS = ("ids", "matching", "state", "queue", "task", "q")
 
 
 class Refused(Exception):
@@ -27,12 +33,23 @@ class Refused(Exception):
 
 
 @dataclass(frozen=True)
+class Done:
+    """What an action did, said on a page of its own with a way back."""
+
+    message: str
+    back: str
+
+
+@dataclass(frozen=True)
 class Action:
     question: str  # shown on the confirmation page, with the form's fields filled in
-    run: Callable[[store.Conn, dict[str, str]], str]  # returns where to go afterwards
+    # Returns where to go afterwards, or what was done.
+    run: Callable[[store.Conn, dict[str, str]], str | Done]
     fields: tuple[str, ...]
     # Raises forms.BadInput for a malformed form, before even the confirmation page.
     check: Callable[[dict[str, str]], object]
+    # A bulk action counts its jobs for the confirmation ({count} in the question).
+    bulk: bool = False
 
 
 def _retry_job(conn: store.Conn, form: dict[str, str]) -> str:
@@ -43,10 +60,79 @@ def _retry_job(conn: store.Conn, form: dict[str, str]) -> str:
 
 
 def _cancel_job(conn: store.Conn, form: dict[str, str]) -> str:
+    # As `pgfleet jobs cancel`: a waiting job ends cancelled now, a running one's worker
+    # is asked to stop it.
     job_id = _job_id(form)
     if not store.cancel_job(conn, job_id):
-        raise Refused(f"job {job_id} is not waiting (or does not exist); only queued jobs cancel")
+        raise Refused(f"job {job_id} has finished (or does not exist); only queued and "
+                      "running jobs cancel")
     return f"/jobs/{job_id}"
+
+
+def _delete_job(conn: store.Conn, form: dict[str, str]) -> str:
+    job_id = _job_id(form)
+    if not store.delete_jobs(conn, [job_id]):
+        raise Refused(f"job {job_id} is running (or does not exist); cancel it first")
+    return "/jobs"
+
+
+def _bulk_ids(form: dict[str, str]) -> list[int]:
+    parts = [part for part in form.get("ids", "").split(",") if part]
+    if len(parts) > BULK_IDS:
+        raise BadInput(f"ids: at most {BULK_IDS} jobs at once (or every job matching the "
+                       "filter)")
+    ids = []
+    for part in parts:
+        job_id = whole_number(part, "ids")
+        if job_id is not None:
+            ids.append(job_id)
+    return sorted(set(ids), reverse=True)
+
+
+def bulk_filter(form: dict[str, str]) -> lists.JobFilter:
+    """The jobs list's filter, from the fields a bulk form carries."""
+    return lists.JobFilter(
+        state=forms.choice(form.get("state"), lists.STATES, "state"),
+        queue=forms.name(form.get("queue"), "queue"),
+        task=forms.name(form.get("task"), "task"),
+        text=forms.search(form.get("q")),
+    )
+
+
+def _bulk_check(form: dict[str, str]) -> object:
+    if form.get("matching") == "yes":
+        return bulk_filter(form)
+    if not _bulk_ids(form):
+        raise BadInput("no job selected: tick some jobs, or every job matching the filter")
+    return None
+
+
+def bulk_targets(conn: store.Conn, form: dict[str, str]) -> list[int]:
+    if form.get("matching") == "yes":
+        return lists.matching_ids(conn, bulk_filter(form), BULK_MATCHING)
+    return _bulk_ids(form)
+
+
+def _back_to_list(form: dict[str, str]) -> str:
+    query = {key: form[key] for key in ("state", "queue", "task", "q") if form.get(key)}
+    return "/jobs" + (f"?{urlencode(query)}" if query else "")
+
+
+def _bulk(verb: str, change: Callable[[store.Conn, list[int]], list[int] | dict[int, str]],
+          applies: str) -> Callable[[store.Conn, dict[str, str]], Done]:
+    def run(conn: store.Conn, form: dict[str, str]) -> Done:
+        targets = bulk_targets(conn, form)
+        changed = len(change(conn, targets)) if targets else 0
+        left = len(targets) - changed
+        message = f"{verb} {changed} of {len(targets)} jobs."
+        if left:
+            message += f" The other {left} were not {applies} (or no longer exist)."
+        return Done(message, _back_to_list(form))
+    return run
+
+
+def _cancel_many(conn: store.Conn, ids: list[int]) -> dict[int, str]:
+    return store.cancel_jobs(conn, ids=ids)
 
 
 def _retry_queue(conn: store.Conn, form: dict[str, str]) -> str:
@@ -102,8 +188,22 @@ def _queue(form: dict[str, str]) -> str:
 ACTIONS = {
     "retry-job": Action("Retry job {job_id}: run it again with a fresh set of attempts?",
                         _retry_job, ("job_id",), _job_id),
-    "cancel-job": Action("Cancel job {job_id}? It will not run.", _cancel_job, ("job_id",),
-                         _job_id),
+    "cancel-job": Action("Cancel job {job_id}? A waiting job will not run; a running one is "
+                         "stopped by its worker.", _cancel_job, ("job_id",), _job_id),
+    "delete-job": Action("Delete job {job_id}? Its row and history go; this cannot be undone.",
+                         _delete_job, ("job_id",), _job_id),
+    "bulk-retry": Action("Retry {count} jobs{which}? Those dead or cancelled run again with a "
+                         "fresh set of attempts.",
+                         _bulk("Retried", store.retry_jobs, "dead or cancelled with a free "
+                               "unique key"), BULK_FIELDS, _bulk_check, bulk=True),
+    "bulk-cancel": Action("Cancel {count} jobs{which}? Those waiting will not run; running "
+                          "ones are stopped by their workers.",
+                          _bulk("Cancelled or asked to stop", _cancel_many,
+                                "queued or running"), BULK_FIELDS, _bulk_check, bulk=True),
+    "bulk-delete": Action("Delete {count} jobs{which}? All but running ones go, with their "
+                          "history; this cannot be undone.",
+                          _bulk("Deleted", store.delete_jobs, "deletable (running jobs are "
+                                "not)"), BULK_FIELDS, _bulk_check, bulk=True),
     "retry-queue": Action("Retry every dead job of queue {queue}?", _retry_queue, ("queue",),
                           _queue),
     "pause-queue": Action("Pause queue {queue} on every host? Running jobs finish; no new "
@@ -123,7 +223,10 @@ async def act(request: Request) -> Response:
     body = await _form_bytes(request)
     if body is None:
         return PlainTextResponse("form too large\n", 413)
-    form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+    parsed = parse_qs(body.decode("utf-8", "replace"))
+    form = {k: v[0] for k, v in parsed.items()}
+    # A bulk form sends one `ids` per ticked row; its confirmation, one list of them.
+    form["ids"] = ",".join(parsed.get("ids", []))
     if not csrf_valid(request.app.state.settings, request.cookies.get(CSRF_COOKIE),
                       form.get(CSRF_FIELD)):
         return PlainTextResponse("missing or wrong CSRF token: reload the page and try again\n",
@@ -138,15 +241,36 @@ async def act(request: Request) -> Response:
     except BadInput as exc:
         return _bad_form(request, str(exc))
     if form.get("confirmed") != "yes":
+        question = action.question.format(**values)
+        if action.bulk:
+            question = await run_in_threadpool(_bulk_question, request, action, values)
         return render(request, "confirm.html", title="Confirm", live=False,
-                      question=action.question.format(**values), values=values,
-                      action=request.path_params["name"])
+                      question=question, values=values, action=request.path_params["name"],
+                      back=_back_to_list(values) if action.bulk else "/")
     try:
         target = await run_in_threadpool(_run, request, action, values)
     except Refused as exc:
         return render(request, "message.html", 409, title="Not done", live=False,
                       message=str(exc))
+    if isinstance(target, Done):
+        return render(request, "message.html", 200, title="Done", live=False,
+                      message=target.message, back=target.back)
     return RedirectResponse(target, 303)
+
+
+def _bulk_question(request: Request, action: Action, values: dict[str, str]) -> str:
+    """The question of a bulk action, with how many jobs it reaches now."""
+    with request.app.state.pool.connection() as conn:
+        count = len(bulk_targets(conn, values))
+    if values.get("matching") == "yes":
+        shown = [f"{key} = {values[key]}" for key in ("state", "queue", "task", "q")
+                 if values.get(key)]
+        which = (" matching " + ", ".join(shown) if shown else " (every job)")
+        if count == BULK_MATCHING:
+            which += f", the newest {BULK_MATCHING:,} of them"
+    else:
+        which = " selected"
+    return action.question.format(count=count, which=which)
 
 
 def _bad_form(request: Request, message: str) -> Response:
@@ -169,6 +293,6 @@ async def _form_bytes(request: Request) -> bytes | None:
     return b"".join(chunks)
 
 
-def _run(request: Request, action: Action, values: dict[str, str]) -> str:
+def _run(request: Request, action: Action, values: dict[str, str]) -> str | Done:
     with request.app.state.pool.connection() as conn:
         return action.run(conn, values)
