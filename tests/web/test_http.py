@@ -98,7 +98,7 @@ def test_actions_use_the_operator_semantics(web: Callable[..., WebServer], dsn: 
         assert act("cancel-job", job_id=str(waiting)).status_code == 303
         assert job_state(dsn, waiting) == "cancelled"
         refused = act("cancel-job", job_id=str(dead[0]))
-        assert refused.status_code == 409 and "only queued jobs cancel" in refused.text
+        assert refused.status_code == 409 and "only queued and running jobs cancel" in refused.text
         assert act("retry-queue", queue="mail").status_code == 303
         assert [job_state(dsn, i) for i in dead] == ["queued"] * 3
         assert job_state(dsn, other_dead) == "dead"
