@@ -241,9 +241,10 @@ async def act(request: Request) -> Response:
     except BadInput as exc:
         return _bad_form(request, str(exc))
     if form.get("confirmed") != "yes":
-        question = action.question.format(**values)
         if action.bulk:
             question = await run_in_threadpool(_bulk_question, request, action, values)
+        else:
+            question = action.question.format(**values)
         return render(request, "confirm.html", title="Confirm", live=False,
                       question=question, values=values, action=request.path_params["name"],
                       back=_back_to_list(values) if action.bulk else "/")
