@@ -48,9 +48,13 @@ def test_find_a_dead_job_read_its_error_and_retry_it(
     page.goto(server.url)
     billing = page.locator('tr[data-queue="billing"]')
     assert billing.locator("td").nth(4).inner_text() == "1"  # dead
+    assert "1 host, 2 registered processes" in page.inner_text("#hosts-summary")
+    screenshot(page, "overview")
+    page.click("#hosts-summary a")
+    page.wait_for_url("**/hosts")
     hosts = page.inner_text("#hosts")
     assert "web-1" in hosts and "supervisor" in hosts and "worker" in hosts
-    screenshot(page, "overview")
+    page.goto(server.url)
 
     page.click("text=Jobs")
     page.select_option("#filter select[name=state]", "dead")
