@@ -125,7 +125,8 @@ SELECT id FROM pgfleet.jobs
 -- attempt) and run (start to finish). A read of jobs_finished_idx from the newest end, at
 -- most %(rows)s rows: a busier hour is charted from its newest rows and the caller says
 -- where they start. A queue's rows are picked from that same read, so a quiet queue in a
--- busy fleet shows what the newest rows hold of it.
+-- busy fleet shows what the newest rows hold of it. date_part, not extract: float8
+-- arithmetic over 20,000 rows is cheaper than numeric.
 WITH recent AS MATERIALIZED (
     SELECT queue, state, run_at, started_at, finished_at FROM pgfleet.jobs
      WHERE state IN ('succeeded', 'dead', 'cancelled')
@@ -135,14 +136,13 @@ WITH recent AS MATERIALIZED (
 ), mine AS (
     SELECT state, finished_at,
            CASE WHEN isfinite(started_at) AND isfinite(run_at)
-                THEN greatest(extract(epoch FROM started_at - run_at), 0) END::float8 AS waited,
+                THEN greatest(date_part('epoch', started_at - run_at), 0) END AS waited,
            CASE WHEN isfinite(started_at)
-                THEN greatest(extract(epoch FROM finished_at - started_at), 0) END::float8
-               AS ran
+                THEN greatest(date_part('epoch', finished_at - started_at), 0) END AS ran
       FROM recent
      WHERE state <> 'cancelled' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 )
-SELECT (extract(epoch FROM date_trunc('minute', now()) - date_trunc('minute', finished_at))
+SELECT (date_part('epoch', date_trunc('minute', now()) - date_trunc('minute', finished_at))
         / 60)::int AS minutes_ago,
        count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
        count(*) FILTER (WHERE state = 'dead') AS died,
@@ -151,7 +151,7 @@ SELECT (extract(epoch FROM date_trunc('minute', now()) - date_trunc('minute', fi
        percentile_cont(0.5) WITHIN GROUP (ORDER BY ran) AS run_p50,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY ran) AS run_p95,
        (SELECT count(*) FROM recent) AS rows_read,
-       (SELECT extract(epoch FROM now() - min(finished_at)) FROM recent)::float8 AS reach
+       (SELECT date_part('epoch', now() - min(finished_at)) FROM recent) AS reach
   FROM mine
  GROUP BY 1
  ORDER BY 1

@@ -34,13 +34,27 @@ def _nice(top: float) -> float:
     return 10 * scale
 
 
+def _unread(activity: Activity) -> list[str]:
+    """A shaded band over the minutes the bounded read did not reach: there, no bar means
+    not read, not no jobs."""
+    if not activity.cut_short or activity.reach is None or activity.reach >= 3600:
+        return []
+    inner_h = HEIGHT - TOP - BOTTOM
+    width = (WIDTH - LEFT) * (1 - activity.reach / 3600)
+    return [f'<rect class="unread" x="{LEFT}" y="{TOP}" width="{width:.1f}" '
+            f'height="{inner_h}"><title>older rows not read</title></rect>',
+            f'<text class="unread-label" x="{LEFT + width / 2:.1f}" y="{TOP + inner_h / 2 + 4:.1f}"'
+            f' text-anchor="middle">not read</text>']
+
+
 def _frame(title: str, label_top: str, body: list[str], legend: list[tuple[str, str]],
-           chart_id: str) -> Markup:
+           chart_id: str, activity: Activity) -> Markup:
     inner_h = HEIGHT - TOP - BOTTOM
     parts = [
         f'<svg class="chart" id="{chart_id}" viewBox="0 0 {WIDTH} {HEIGHT}" '
         f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{escape(title)}">',
         f"<title>{escape(title)}</title>",
+        *_unread(activity),
         f'<text class="chart-title" x="{WIDTH - 6}" y="{TOP + 11}" text-anchor="end">'
         f"{escape(title)}</text>",
         f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{TOP + inner_h}"/>',
@@ -87,7 +101,7 @@ def throughput(activity: Activity, chart_id: str = "chart-throughput") -> Markup
                         f'width="{slot - 2:.1f}" height="{dead_h:.1f}"><title>{tip}</title>'
                         "</rect>")
     return _frame("Jobs per minute, last hour", f"{top:g}/min", body,
-                  [("ok", "succeeded"), ("dead", "dead")], chart_id)
+                  [("ok", "succeeded"), ("dead", "dead")], chart_id, activity)
 
 
 def durations(activity: Activity, kind: str, chart_id: str) -> Markup:
@@ -102,7 +116,7 @@ def durations(activity: Activity, kind: str, chart_id: str) -> Markup:
     body = [_line(minutes, p95, top, "p95"), _line(minutes, p50, top, "p50")]
     title = "Wait before start" if kind == "wait" else "Run time"
     return _frame(f"{title} (p50, p95), last hour", age(top), body,
-                  [("p50", "p50"), ("p95", "p95")], chart_id)
+                  [("p50", "p50"), ("p95", "p95")], chart_id, activity)
 
 
 def _line(minutes: Sequence[Minute], value: Callable[[Minute], float | None], top: float,

@@ -68,9 +68,10 @@ def queue(request: Request) -> Response:
         "oldest_waiting_age": None, "finished_last_minute": 0, "paused": False,
         "failed_on": []}
     limits = next((f for f in data["limits"] if f["queue"] == name), None)
-    workers = [child for h in data["hosts"] for sup in h["supervisors"]
+    workers = [{**child, "host": h["host"]} for h in data["hosts"] for sup in h["supervisors"]
                for child in sup["children"] if child["queue"] == name]
-    workers += [p for h in data["hosts"] for p in h["unattached"] if p["queue"] == name]
+    workers += [{**p, "host": h["host"]} for h in data["hosts"] for p in h["unattached"]
+                if p["queue"] == name]
     return render(request, "queue.html", title=f"Queue {name}", live=True, q=counts,
                   limits=limits, running=running, running_shown=RUNNING_SHOWN,
                   workers=workers, charts=_charts(activity, "queue"))
