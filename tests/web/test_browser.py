@@ -141,7 +141,8 @@ def test_a_post_without_the_csrf_token_is_refused(
 
 def test_auth_is_required_on_a_non_loopback_address(
         web: Callable[..., WebServer], dsn: str, browser: Any) -> None:
-    server = web("--listen", "0.0.0.0:0", env={"PGFLEET_WEB_TOKEN": "tok-123-long-enough"})
+    server = web("--listen", "0.0.0.0:0", "--behind-proxy",
+                 env={"PGFLEET_WEB_TOKEN": "tok-123-long-enough"})
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     anonymous = browser.new_context()
     try:

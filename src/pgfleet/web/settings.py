@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,9 @@ class Labels:
     listen: str = "--listen"
     token_file: str = "--token-file"
     basic_auth_file: str = "--basic-auth-file"
+    tls_cert: str = "--tls-cert"
+    tls_key: str = "--tls-key"
+    behind_proxy: str = "--behind-proxy"
 
     @staticmethod
     def short(label: str) -> str:
@@ -49,12 +53,19 @@ class WebSettings:
     # A reverse proxy is in front: trust its X-Forwarded-Host in the Origin check, and let
     # uvicorn take X-Forwarded-For/-Proto from the addresses in FORWARDED_ALLOW_IPS.
     behind_proxy: bool = False
+    # Served over TLS with this certificate chain and key (PEM files), checked at start.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     refresh_seconds: float = 2.0
     page_size: int = 50
     # Signs the CSRF tokens; a new one per process unless given (forms of an earlier
     # process then ask to be submitted again).
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     labels: Labels = Labels()
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
 
     @property
     def has_auth(self) -> bool:
@@ -68,6 +79,12 @@ class WebSettings:
                 f"{names.listen} {self.host}:{self.port} is not a loopback address: set a "
                 f"token ({TOKEN_ENV} or {names.short(names.token_file)}) or basic auth "
                 f"({BASIC_ENV} or {names.short(names.basic_auth_file)}) first")
+        if not is_loopback(self.host) and self.tls_cert is None and not self.behind_proxy:
+            # A token or a password sent in clear is read by anyone on the path.
+            raise WebSettingsError(
+                f"{names.listen} {self.host}:{self.port} is not a loopback address: serve "
+                f"TLS ({names.short(names.tls_cert)} and {names.short(names.tls_key)}) or "
+                f"say that a proxy in front terminates it ({names.short(names.behind_proxy)})")
         if not 0 <= self.port <= 65535:
             raise WebSettingsError(
                 f"{names.listen}: port {self.port} is not between 0 and 65535")
@@ -84,7 +101,8 @@ def _secret_env(name: str) -> str | None:
 
 def build_settings(listen: str, dsn: str, read_only: bool, token_file: Path | None,
                    basic_auth_file: Path | None, labels: Labels = Labels(),
-                   behind_proxy: bool = False) -> WebSettings:
+                   behind_proxy: bool = False, tls_cert: Path | None = None,
+                   tls_key: Path | None = None) -> WebSettings:
     """Settings from the options (or the config) and the environment; secrets never come
     from argv, where `ps` would show them."""
     host, port = parse_listen(listen)
@@ -97,9 +115,39 @@ def build_settings(listen: str, dsn: str, read_only: bool, token_file: Path | No
     basic = _secret_file(basic_auth_file, labels.basic_auth_file) or os.environ.get(BASIC_ENV)
     user, password = parse_basic(basic, labels.basic_auth_file if basic_auth_file
                                  else BASIC_ENV) if basic else (None, None)
+    check_tls(tls_cert, tls_key, labels)
     return WebSettings(dsn=dsn, host=host, port=port, read_only=read_only, token=token,
                        basic_user=user, basic_password=password, labels=labels,
-                       behind_proxy=behind_proxy)
+                       behind_proxy=behind_proxy, tls_cert=tls_cert, tls_key=tls_key)
+
+
+def check_tls(cert: Path | None, key: Path | None, labels: Labels) -> None:
+    """Both files or neither, and a pair that loads: a mistake is one line at start, not
+    a handshake failure for every browser later."""
+    if (cert is None) != (key is None):
+        given, missing = ((labels.tls_cert, labels.tls_key) if key is None
+                          else (labels.tls_key, labels.tls_cert))
+        raise WebSettingsError(f"{given} needs {Labels.short(missing)} as well")
+    if cert is None or key is None:
+        return
+    try:
+        mode = key.stat().st_mode
+    except OSError as exc:
+        raise WebSettingsError(f"{labels.tls_key} {key}: {exc.strerror}") from None
+    if mode & 0o077:
+        raise WebSettingsError(
+            f"{labels.tls_key} {key}: group or others may open it (mode {mode & 0o777:04o}): "
+            "chmod 600 it")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, key)
+    except FileNotFoundError as exc:
+        raise WebSettingsError(f"{labels.tls_cert} {cert}: {exc.strerror}") from None
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+        raise WebSettingsError(
+            f"{labels.tls_cert} {cert} with {Labels.short(labels.tls_key)} {key}: not a "
+            f"certificate and key that match ({reason})") from None
 
 
 def _secret_file(path: Path | None, option: str) -> str | None:
