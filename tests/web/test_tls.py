@@ -26,6 +26,10 @@ def self_signed(folder: Path, name: str = "ui") -> tuple[Path, Path]:
     return cert, key
 
 
+def trusting(cert: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(cert))
+
+
 @pytest.fixture
 def pair(tmp_path: Path) -> tuple[Path, Path]:
     return self_signed(tmp_path)
@@ -36,7 +40,7 @@ def test_the_ui_serves_https_with_secure_cookies(
     cert, key = pair
     server = web("--tls-cert", str(cert), "--tls-key", str(key))
     assert server.url.startswith("https://127.0.0.1:")
-    with httpx.Client(base_url=server.url, verify=ssl.create_default_context(cafile=str(cert))) as client:
+    with httpx.Client(base_url=server.url, verify=trusting(cert)) as client:
         page = client.get("/")
         assert page.status_code == 200
         cookie = page.headers["set-cookie"]
@@ -67,7 +71,7 @@ def test_off_loopback_plain_http_is_refused_unless_a_proxy_terminates_tls(
                  env={"PGFLEET_WEB_TOKEN": TOKEN})
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     assert url.startswith("https://")
-    with httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=str(cert))) as client:
+    with httpx.Client(base_url=url, verify=trusting(cert)) as client:
         assert client.get("/").status_code == 401
         answer = client.get("/", headers={"Authorization": f"Bearer {TOKEN}"})
         assert answer.status_code == 200 and "Secure" in answer.headers["set-cookie"]
