@@ -3,12 +3,13 @@ then carried out by the same store function as the matching `pgfleet` command.""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from pgfleet.sql import store
@@ -20,6 +21,8 @@ from pgfleet.web.security import CSRF_COOKIE, CSRF_FIELD, csrf_valid
 PRUNE_BATCH = 10_000
 MAX_HOURS = 24 * 365 * 100
 MAX_FORM_BYTES = 16 * 1024
+# A form of at most MAX_FORM_BYTES arrives within this long once its head has, or is cut.
+BODY_DEADLINE = 10.0
 # A form names at most this many jobs (a page is 50); "every job matching the filter"
 # reaches at most the newest BULK_MATCHING of them, so one action is one bounded statement.
 BULK_IDS = 500
@@ -220,7 +223,14 @@ ACTIONS = {
 async def act(request: Request) -> Response:
     if request.app.state.settings.read_only:
         return PlainTextResponse("this UI is read-only\n", 403)
-    body = await _form_bytes(request)
+    try:
+        body = await asyncio.wait_for(_form_bytes(request), BODY_DEADLINE)
+    except TimeoutError:
+        # A client trickling its form holds a connection and a task: cut it.
+        return PlainTextResponse(f"the form did not arrive within {BODY_DEADLINE:.0f} s\n",
+                                 408, headers={"Connection": "close"})
+    except ClientDisconnect:
+        return PlainTextResponse("the client went away before its form arrived\n", 400)
     if body is None:
         return PlainTextResponse("form too large\n", 413)
     parsed = parse_qs(body.decode("utf-8", "replace"))
