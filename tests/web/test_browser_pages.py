@@ -131,4 +131,4 @@ def test_the_queue_page_draws_the_last_hour(
     colour = page.eval_on_selector("#queue-throughput rect.bar.ok",
                                    "e => getComputedStyle(e).fill")
     assert colour == "rgb(34, 197, 94)"  # the stylesheet reaches the SVG under the CSP
-    screenshot(page, "queue")
+    screenshot(page, "queue-charts")
