@@ -4,6 +4,7 @@ then carried out by the same store function as the matching `pgfleet` command.""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode
@@ -15,7 +16,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from pgfleet.sql import store
 from pgfleet.web import forms, lists
 from pgfleet.web.forms import BadInput, whole_number
-from pgfleet.web.rendering import render
+from pgfleet.web.rendering import json_response, render
 from pgfleet.web.security import CSRF_COOKIE, CSRF_FIELD, csrf_valid
 
 PRUNE_BATCH = 10_000
@@ -41,6 +42,8 @@ class Done:
 
     message: str
     back: str
+    changed: int = 0
+    reached: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def _bulk(verb: str, change: Callable[[store.Conn, list[int]], list[int] | dict[
         message = f"{verb} {changed} of {len(targets)} jobs."
         if left:
             message += f" The other {left} were not {applies} (or no longer exist)."
-        return Done(message, _back_to_list(form))
+        return Done(message, _back_to_list(form), changed, len(targets))
     return run
 
 
@@ -307,3 +310,82 @@ async def _form_bytes(request: Request) -> bytes | None:
 def _run(request: Request, action: Action, values: dict[str, str]) -> str | Done:
     with request.app.state.pool.connection() as conn:
         return action.run(conn, values)
+
+
+async def act_api(request: Request) -> Response:
+    """An action as JSON (docs/web.md, "JSON API"): the call is its own confirmation.
+    A bearer token proves a script sent it (no browser adds one by itself); anything else,
+    a cookie or basic auth a browser replays, needs the CSRF token in X-CSRF-Token."""
+    if request.app.state.settings.read_only:
+        return json_response({"error": "this UI is read-only"}, 403)
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        return json_response({"error": "send the fields as application/json"}, 415)
+    settings = request.app.state.settings
+    scheme = request.headers.get("authorization", "").partition(" ")[0].lower()
+    # The guard has checked the token when one is set; without one, any Bearer passes it.
+    bearer = scheme == "bearer" and settings.token is not None
+    if not bearer and not csrf_valid(request.app.state.settings,
+                                             request.cookies.get(CSRF_COOKIE),
+                                             request.headers.get("x-csrf-token")):
+        return json_response({"error": "missing or wrong X-CSRF-Token (GET /api/ gives "
+                                       "one), or send the token as Authorization: Bearer"},
+                             403)
+    try:
+        body = await asyncio.wait_for(_form_bytes(request), BODY_DEADLINE)
+    except TimeoutError:
+        return json_response({"error": f"the body did not arrive within "
+                                       f"{BODY_DEADLINE:.0f} s"}, 408)
+    except ClientDisconnect:
+        return json_response({"error": "the client went away"}, 400)
+    if body is None:
+        return json_response({"error": f"the body is larger than {MAX_FORM_BYTES} bytes"}, 413)
+    action = ACTIONS.get(request.path_params["name"])
+    if action is None:
+        return json_response({"error": f"there is no action {request.path_params['name']!r}; "
+                                       f"the actions are {', '.join(ACTIONS)}"}, 400)
+    try:
+        values = _api_fields(body, action.fields)
+        action.check(values)
+    except BadInput as exc:
+        return json_response({"error": str(exc)}, 400)
+    try:
+        target = await run_in_threadpool(_run, request, action, values)
+    except Refused as exc:
+        return json_response({"error": str(exc)}, 409)
+    if isinstance(target, Done):
+        return json_response({"done": target.message, "changed": target.changed,
+                              "reached": target.reached})
+    return json_response({"done": request.path_params["name"], "see": target})
+
+
+def _api_fields(body: bytes, fields: tuple[str, ...]) -> dict[str, str]:
+    """The JSON object as the form fields an action reads."""
+    try:
+        data = json.loads(body.decode("utf-8")) if body.strip() else {}
+    except (UnicodeDecodeError, ValueError):
+        raise BadInput("the body is not JSON") from None
+    if not isinstance(data, dict):
+        raise BadInput("the body must be a JSON object")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise BadInput(f"unknown field {unknown[0]!r}; this action takes "
+                       f"{', '.join(fields)}")
+    values = {}
+    for name in fields:
+        value = data.get(name)
+        if value is None:
+            values[name] = ""
+        elif isinstance(value, bool):
+            if name != "matching":
+                raise BadInput(f"{name} must not be true or false")
+            values[name] = "yes" if value else ""
+        elif isinstance(value, list):
+            if name != "ids" or not all(isinstance(v, int) and not isinstance(v, bool)
+                                        for v in value):
+                raise BadInput(f"{name}: only ids is a list, of job ids")
+            values[name] = ",".join(str(v) for v in value)
+        elif isinstance(value, int | str):
+            values[name] = str(value)
+        else:
+            raise BadInput(f"{name} must be a number or a string")
+    return values

@@ -44,7 +44,8 @@ def overview(request: Request) -> Response:
     processes = sum(len(s["children"]) + 1 for h in data["hosts"] for s in h["supervisors"])
     processes += sum(len(h["unattached"]) for h in data["hosts"])
     return render(request, "overview.html", title="Overview", live=True, **data,
-                  charts=_charts(activity, "fleet"), process_count=processes)
+                  charts=_charts(activity, "fleet"), process_count=processes,
+                  activity=activity)
 
 
 def queue(request: Request) -> Response:
@@ -74,7 +75,7 @@ def queue(request: Request) -> Response:
                 if p["queue"] == name]
     return render(request, "queue.html", title=f"Queue {name}", live=True, q=counts,
                   limits=limits, running=running, running_shown=RUNNING_SHOWN,
-                  workers=workers, charts=_charts(activity, "queue"))
+                  workers=workers, charts=_charts(activity, "queue"), activity=activity)
 
 
 def hosts(request: Request) -> Response:
@@ -130,7 +131,7 @@ def _jobs_page(request: Request, where: queries.JobFilter, job_id: int | None,
     return render(
         request, "jobs.html", title="Jobs", live=before is None, rows=page.rows[:limit],
         filters=filters, states=STATES, searched=page.searched,
-        bulk_matching=BULK_MATCHING,
+        bulk_matching=BULK_MATCHING, older=older,
         older_url=_jobs_url(filters, older) if older else None,
         newest_url=_jobs_url(filters, None) if before is not None else None,
     )
@@ -168,7 +169,12 @@ def job(request: Request) -> Response:
                       message=f"job {job_id} does not exist (it may have been pruned)")
     errors = _decoded(row["errors"], "errors") if row["errors"] is not None else []
     attempts = attempt_errors(errors)
+    # For /api/: each JSON field as its value, or its clipped text when too long.
+    values = {field: (row[field] if row[f"{field}_length"] > PRETTY_LIMIT
+                      else _decoded(row[field], field)) if row[field] is not None else None
+              for field in ("args", "meta", "result", "progress")}
     return render(request, "job.html", title=f"Job {job_id}", live=True, job=row,
+                  values=values,
                   args=_shown(row, "args"), meta=_shown(row, "meta"),
                   result=_shown(row, "result"), progress=_shown(row, "progress"),
                   result_clipped=(row["result_length"] or 0) > PRETTY_LIMIT,
