@@ -151,7 +151,7 @@ def test_bulk_retry_cancel_and_delete_of_ticked_jobs(
         done = client.post("/actions/bulk-retry", data={
             "ids": confirm.group(1), "csrf": token, "confirmed": "yes"})
         assert done.status_code == 200
-        assert "Retried 2 of 3 jobs. The other 1 were not dead or cancelled" in done.text
+        assert "Retried 2 of 3 jobs. The other one was not dead or cancelled" in done.text
         assert [job_state(dsn, i) for i in dead] == ["queued", "queued", "dead"]
         assert job_state(dsn, waiting) == "queued"
 

@@ -131,7 +131,9 @@ def _bulk(verb: str, change: Callable[[store.Conn, list[int]], list[int] | dict[
         changed = len(change(conn, targets)) if targets else 0
         left = len(targets) - changed
         message = f"{verb} {changed} of {len(targets)} jobs."
-        if left:
+        if left == 1:
+            message += f" The other one was not {applies} (or no longer exists)."
+        elif left:
             message += f" The other {left} were not {applies} (or no longer exist)."
         return Done(message, _back_to_list(form), changed, len(targets))
     return run
