@@ -294,6 +294,11 @@ class WebConfig(BaseModel):
         description="A reverse proxy is in front: its X-Forwarded-Host counts in the origin "
                     "check of forms (only Host otherwise), and it terminates TLS.",
     )
+    viewer_token_file: str | None = Field(
+        default=None,
+        description="File holding a token that may look but not act (else "
+                    "PGFLEET_WEB_VIEWER_TOKEN).",
+    )
     tls_cert: str | None = Field(
         default=None, description="Serve HTTPS with this certificate chain (PEM file).",
     )

@@ -17,7 +17,7 @@ from pgfleet.sql import store
 from pgfleet.web import forms, lists
 from pgfleet.web.forms import BadInput, whole_number
 from pgfleet.web.rendering import json_response, render
-from pgfleet.web.security import CSRF_COOKIE, CSRF_FIELD, csrf_valid
+from pgfleet.web.security import CSRF_COOKIE, CSRF_FIELD, VIEWER, csrf_valid
 
 PRUNE_BATCH = 10_000
 MAX_HOURS = 24 * 365 * 100
@@ -226,8 +226,9 @@ ACTIONS = {
 
 
 async def act(request: Request) -> Response:
-    if request.app.state.settings.read_only:
-        return PlainTextResponse("this UI is read-only\n", 403)
+    if request.state.read_only:
+        return PlainTextResponse("this UI is read-only\n" if request.state.role != VIEWER
+                                 else "the viewer token may look, not act\n", 403)
     try:
         body = await asyncio.wait_for(_form_bytes(request), BODY_DEADLINE)
     except TimeoutError:
@@ -318,8 +319,9 @@ async def act_api(request: Request) -> Response:
     """An action as JSON (docs/web.md, "JSON API"): the call is its own confirmation.
     A bearer token proves a script sent it (no browser adds one by itself); anything else,
     a cookie or basic auth a browser replays, needs the CSRF token in X-CSRF-Token."""
-    if request.app.state.settings.read_only:
-        return json_response({"error": "this UI is read-only"}, 403)
+    if request.state.read_only:
+        return json_response({"error": "this UI is read-only" if request.state.role != VIEWER
+                              else "the viewer token may look, not act"}, 403)
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
         return json_response({"error": "send the fields as application/json"}, 415)
     settings = request.app.state.settings

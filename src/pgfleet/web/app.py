@@ -116,7 +116,8 @@ def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -
 def api_index(request: Request) -> Response:
     """What the API offers, and the CSRF token a client without a bearer token sends."""
     return json_response({
-        "csrf": request.state.csrf, "read_only": request.app.state.settings.read_only,
+        "csrf": request.state.csrf, "read_only": request.state.read_only,
+        "role": request.state.role,
         "pages": ["/api/overview", "/api/jobs", "/api/jobs/ID", "/api/jobs/ID/result",
                   "/api/queues/NAME", "/api/hosts", "/api/schedules"],
         "actions": sorted(actions.ACTIONS)})

@@ -138,7 +138,7 @@ def render(request: Request, body: str, status: int = 200, **context: Any) -> Re
         return _api_answer(body, status, context)
     settings = request.app.state.settings
     context.update(
-        request=request, csrf=request.state.csrf, read_only=settings.read_only,
+        request=request, csrf=request.state.csrf, read_only=request.state.read_only,
         refresh_seconds=settings.refresh_seconds,
     )
     env = environment()

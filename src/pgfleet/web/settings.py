@@ -12,6 +12,7 @@ from pathlib import Path
 from pgfleet.errors import PgfleetError
 
 TOKEN_ENV = "PGFLEET_WEB_TOKEN"
+VIEWER_TOKEN_ENV = "PGFLEET_WEB_VIEWER_TOKEN"
 BASIC_ENV = "PGFLEET_WEB_BASIC_AUTH"
 # A token is all a request needs: a short one is guessed, even at the pace wrong guesses
 # are answered at.
@@ -30,6 +31,7 @@ class Labels:
     listen: str = "--listen"
     token_file: str = "--token-file"
     basic_auth_file: str = "--basic-auth-file"
+    viewer_token_file: str = "--viewer-token-file"
     tls_cert: str = "--tls-cert"
     tls_key: str = "--tls-key"
     behind_proxy: str = "--behind-proxy"
@@ -48,6 +50,8 @@ class WebSettings:
     read_only: bool = False
     # Either is enough to get in: the token as a Bearer header or as a basic-auth password.
     token: str | None = None
+    # A second token that may look but not act (the viewer role); `token` is the operator's.
+    viewer_token: str | None = None
     basic_user: str | None = None
     basic_password: str | None = None
     # A reverse proxy is in front: trust its X-Forwarded-Host in the Origin check, and let
@@ -69,7 +73,8 @@ class WebSettings:
 
     @property
     def has_auth(self) -> bool:
-        return bool(self.token) or bool(self.basic_user and self.basic_password)
+        return (bool(self.token) or bool(self.viewer_token)
+                or bool(self.basic_user and self.basic_password))
 
     def check(self) -> None:
         """Refuse to serve anything but loopback without a token or basic auth."""
@@ -102,7 +107,8 @@ def _secret_env(name: str) -> str | None:
 def build_settings(listen: str, dsn: str, read_only: bool, token_file: Path | None,
                    basic_auth_file: Path | None, labels: Labels = Labels(),
                    behind_proxy: bool = False, tls_cert: Path | None = None,
-                   tls_key: Path | None = None) -> WebSettings:
+                   tls_key: Path | None = None,
+                   viewer_token_file: Path | None = None) -> WebSettings:
     """Settings from the options (or the config) and the environment; secrets never come
     from argv, where `ps` would show them."""
     host, port = parse_listen(listen)
@@ -112,11 +118,24 @@ def build_settings(listen: str, dsn: str, read_only: bool, token_file: Path | No
         raise WebSettingsError(
             f"{where}: the token has {len(token)} characters, fewer than "
             f"{MIN_TOKEN_LENGTH} (e.g. `openssl rand -hex 32`)")
+    viewer = (_secret_file(viewer_token_file, labels.viewer_token_file)
+              or _secret_env(VIEWER_TOKEN_ENV))
+    if viewer is not None and len(viewer) < MIN_TOKEN_LENGTH:
+        where = (f"{labels.viewer_token_file} {viewer_token_file}" if viewer_token_file
+                 else VIEWER_TOKEN_ENV)
+        raise WebSettingsError(
+            f"{where}: the token has {len(viewer)} characters, fewer than "
+            f"{MIN_TOKEN_LENGTH} (e.g. `openssl rand -hex 32`)")
+    if viewer is not None and viewer == token:
+        raise WebSettingsError(f"the viewer token is the operator's token: a viewer could "
+                               f"act ({VIEWER_TOKEN_ENV} or "
+                               f"{Labels.short(labels.viewer_token_file)})")
     basic = _secret_file(basic_auth_file, labels.basic_auth_file) or os.environ.get(BASIC_ENV)
     user, password = parse_basic(basic, labels.basic_auth_file if basic_auth_file
                                  else BASIC_ENV) if basic else (None, None)
     check_tls(tls_cert, tls_key, labels)
     return WebSettings(dsn=dsn, host=host, port=port, read_only=read_only, token=token,
+                       viewer_token=viewer,
                        basic_user=user, basic_password=password, labels=labels,
                        behind_proxy=behind_proxy, tls_cert=tls_cert, tls_key=tls_key)
 
