@@ -6,7 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import psycopg
+from psycopg import sql
 
+from tests.support.roles import login_roles, role_dsn
 from tests.web.conftest import WebServer, dead_job, job_state, run_web, write_secret
 from tests.web.test_http import CSRF
 
@@ -57,3 +60,20 @@ def test_a_weak_or_shared_viewer_token_is_refused(dsn: str) -> None:
                             "PGFLEET_WEB_TOKEN": OPERATOR})
     assert same.returncode == 2
     assert "the viewer token is the operator's token" in same.stderr
+
+
+def test_a_read_only_ui_runs_as_a_role_that_may_only_select(
+        web: Callable[..., WebServer], dsn: str) -> None:
+    job_id = dead_job(dsn, queue="mail")
+    with login_roles(dsn) as make:
+        reader = make("web_reader")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA pgfleet TO {0};"
+                                 " GRANT SELECT ON ALL TABLES IN SCHEMA pgfleet TO {0}")
+                         .format(sql.Identifier(reader)))
+        server = web("--read-only", env={"PGFLEET_DATABASE_URL": role_dsn(dsn, reader)})
+        with httpx.Client(base_url=server.url) as client:
+            for path in ("/", "/jobs", f"/jobs/{job_id}", "/queues/mail", "/hosts",
+                         "/schedules", "/api/overview", "/jobs?state=scheduled"):
+                assert client.get(path).status_code == 200, path
+        server.stop()
