@@ -21,6 +21,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from typing import Any
+
+import psycopg
 
 from bench.common import BENCH_DIR, Database, log
 
@@ -30,15 +33,22 @@ URLS = [
     "/jobs?state=dead&task=task_0", "/jobs?queue=c",
     "/jobs?task=task_3", "/jobs?q=%22customer%22%3A+4242", "/jobs?id={middle}",
     "/jobs/{middle}", "/schedules",
+    "/queues/a", "/hosts", "/jobs?state=scheduled", "/jobs?state=scheduled&queue=a",
+    "/jobs/{result}",
 ]
 
 HISTORY_SQL = """
-INSERT INTO pgfleet.jobs (queue, task, args, state, attempt, finished_at, last_error, errors)
+INSERT INTO pgfleet.jobs (queue, task, args, state, attempt, run_at, started_at,
+                          finished_at, last_error, errors)
 SELECT (ARRAY['a','b','c','d'])[1 + i %% 4], 'task_' || (i %% 20),
        jsonb_build_object('customer', i, 'note', 'order ' || i),
        (CASE WHEN i %% 100 = 0 THEN 'dead' WHEN i %% 1000 = 1 THEN 'cancelled'
              ELSE 'succeeded' END)::pgfleet.job_state,
-       1, now() - make_interval(secs => %(n)s - i),
+       1,
+       -- Twenty finish a second: the last hour holds 72,000, more than a chart reads.
+       now() - make_interval(secs => (%(n)s - i) / 20.0 + 0.3 + (i %% 7) / 10.0),
+       now() - make_interval(secs => (%(n)s - i) / 20.0 + 0.2 + (i %% 5) / 50.0),
+       now() - make_interval(secs => (%(n)s - i) / 20.0),
        CASE WHEN i %% 100 = 0 THEN 'ValueError: boom ' || i END,
        CASE WHEN i %% 100 = 0 THEN jsonb_build_array(jsonb_build_object(
            'attempt', 1, 'at', now(), 'error', 'ValueError: boom ' || i)) ELSE '[]' END
@@ -55,7 +65,44 @@ def fill(db: Database, history: int) -> None:
             log(f"web bench: {hi:,} of {history:,} finished jobs")
         conn.execute("INSERT INTO pgfleet.jobs (queue, task) SELECT 'a', 'fresh'"
                      " FROM generate_series(1, 500)")
+        conn.execute("INSERT INTO pgfleet.jobs (queue, task, run_at)"
+                     " SELECT 'a', 'later', now() + make_interval(mins => i)"
+                     "   FROM generate_series(1, 200) i")
+        add_fleet(conn)
         conn.execute("VACUUM ANALYZE pgfleet.jobs")
+
+
+def add_fleet(conn: Any) -> None:
+    """Two hosts of a supervisor, four workers, maintenance, each worker running jobs, and
+    one job with a result and meta (its id is the largest)."""
+    for host in ("app-1", "app-2"):
+        sup = f"{host}:100:sup"
+        conn.execute("INSERT INTO pgfleet.processes (id, host, pid, kind, queue, supervisor)"
+                     " VALUES (%s, %s, 100, 'supervisor', NULL, NULL),"
+                     " (%s, %s, 101, 'maintenance', NULL, %s)",
+                     (sup, host, f"{host}:101:m", host, sup))
+        for n, queue in enumerate(("a", "b"), start=102):
+            worker = f"{host}:{n}:w"
+            conn.execute("INSERT INTO pgfleet.processes (id, host, pid, kind, queue,"
+                         " supervisor) VALUES (%s, %s, %s, 'worker', %s, %s)",
+                         (worker, host, n, queue, sup))
+            conn.execute(
+                "INSERT INTO pgfleet.jobs (queue, task, args, state, attempt, lease_holder,"
+                " lease_expires_at, started_at, progress)"
+                " SELECT %s, 'task_' || i, jsonb_build_object('customer', i), 'running', 1,"
+                " %s, now() + interval '1 min', now() - make_interval(secs => i * 7),"
+                " to_jsonb(round(i / 5.0, 2)) FROM generate_series(1, 4) i", (queue, worker))
+    conn.execute(
+        "INSERT INTO pgfleet.jobs (queue, task, args, state, attempt, run_at, started_at,"
+        " finished_at, result, meta, concurrency_key, errors)"
+        " VALUES ('a', 'billing.charge', '{\"customer\": 42, \"cents\": 1999}', 'succeeded',"
+        " 2, now() - interval '40 s', now() - interval '30 s', now() - interval '28.8 s',"
+        " '{\"receipt\": \"r-77\", \"charged\": 1999, \"lines\": [1, 2, 3]}',"
+        " '{\"tenant\": \"acme\", \"trace_id\": \"4bf92f35\"}', 'customer-42',"
+        " jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '1 min',"
+        " 'error', E'CardDeclined: gateway timeout\\n  File \"/app/billing.py\", line 12,"
+        " in charge\\n    reply = gateway.charge(customer, cents)\\n  File \"/app/gateway.py\","
+        " line 40, in charge\\n    raise CardDeclined(reply)')))")
 
 
 def server_ms(url: str) -> float:
@@ -86,8 +133,12 @@ def main() -> None:
         assert web.stdout is not None
         base = web.stdout.readline().split("serving on ")[1].split()[0].rstrip("/")
         results = {}
+        with psycopg.connect(args.database_url or db.dsn) as conn:
+            row = conn.execute("SELECT max(id) FROM pgfleet.jobs WHERE result IS NOT NULL"
+                               ).fetchone()
+        result_id = row[0] if row else 1
         for path in URLS:
-            url = base + path.format(middle=args.history // 2)
+            url = base + path.format(middle=args.history // 2, result=result_id)
             server_ms(url)  # the first request of a URL warms the plan and template caches
             times = [server_ms(url) for _ in range(args.requests)]
             results[path] = {"median_ms": statistics.median(times), "max_ms": max(times)}

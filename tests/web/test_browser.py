@@ -48,9 +48,13 @@ def test_find_a_dead_job_read_its_error_and_retry_it(
     page.goto(server.url)
     billing = page.locator('tr[data-queue="billing"]')
     assert billing.locator("td").nth(4).inner_text() == "1"  # dead
+    assert "1 host, 2 registered processes" in page.inner_text("#hosts-summary")
+    screenshot(page, "overview")
+    page.click("#hosts-summary a")
+    page.wait_for_url("**/hosts")
     hosts = page.inner_text("#hosts")
     assert "web-1" in hosts and "supervisor" in hosts and "worker" in hosts
-    screenshot(page, "overview")
+    page.goto(server.url)
 
     page.click("text=Jobs")
     page.select_option("#filter select[name=state]", "dead")
@@ -137,7 +141,8 @@ def test_a_post_without_the_csrf_token_is_refused(
 
 def test_auth_is_required_on_a_non_loopback_address(
         web: Callable[..., WebServer], dsn: str, browser: Any) -> None:
-    server = web("--listen", "0.0.0.0:0", env={"PGFLEET_WEB_TOKEN": "tok-123-long-enough"})
+    server = web("--listen", "0.0.0.0:0", "--behind-proxy",
+                 env={"PGFLEET_WEB_TOKEN": "tok-123-long-enough"})
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     anonymous = browser.new_context()
     try:

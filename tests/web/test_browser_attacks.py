@@ -25,14 +25,16 @@ def test_javascript_urls_in_rows_never_become_links(web: Callable[..., WebServer
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     server = web()
-    for path in ("", "jobs", f"jobs/{job_id}", "jobs?queue=javascript%3Aalert(1)"):
+    for path in ("", "jobs", f"jobs/{job_id}", "jobs?queue=javascript%3Aalert(1)",
+                 "queues/javascript%3Aalert(1)", "hosts"):
         page.goto(server.url + path)
         hrefs = page.eval_on_selector_all("a", "links => links.map(a => a.getAttribute('href'))")
         assert hrefs and all(h.startswith("/") for h in hrefs), (path, hrefs)
     assert page.locator("#evil").count() == 0
     page.goto(f"{server.url}jobs/{job_id}")
-    page.click("text=javascript:alert(1)")  # the queue link: a filter, not a script
-    page.wait_for_url("**/jobs?queue=javascript%3Aalert%281%29")
+    page.click("text=javascript:alert(1)")  # the queue link: its page, not a script
+    page.wait_for_url("**/queues/javascript%3Aalert%281%29")
+    assert page.inner_text("h1").startswith("Queue javascript:alert(1)")
     assert dialogs == []
 
 

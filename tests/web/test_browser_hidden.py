@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import psycopg
 
@@ -59,7 +59,6 @@ def test_hidden_characters_show_as_escapes_on_every_page(
     page.goto(server.url)
     row = page.locator("#queues tbody tr").filter(has_text="pwned")
     assert row.locator("td").first.inner_text() == "q\\x1b]0;pwned\\x07"
-    assert "web\\u20661" in seen(page, "#hosts")
     body = page.inner_text("body")
     assert not any(c in body for c in RAW), repr(body)
     # The escape is set apart: a queue named with a literal backslash would not be boxed.
@@ -72,12 +71,13 @@ def test_hidden_characters_show_as_escapes_on_every_page(
     page.goto(server.url + "jobs")
     cells = {int(r.get_attribute("data-job")): r.locator("td")
              for r in page.locator("#jobs tbody tr").all()}
-    assert cells[hostile].nth(1).inner_text() == "q\\x1b]0;pwned\\x07"
-    assert cells[hostile].nth(2).inner_text() == "invoice\\u202etxt.exe"
-    assert "boom\\x1b[2J\\x9b line\\u2028two" in cells[hostile].nth(8).inner_text()
+    # The first cell is the row's tick box.
+    assert cells[hostile].nth(2).inner_text() == "q\\x1b]0;pwned\\x07"
+    assert cells[hostile].nth(3).inner_text() == "invoice\\u202etxt.exe"
+    assert "boom\\x1b[2J\\x9b line\\u2028two" in cells[hostile].nth(9).inner_text()
     # Two names that look the same raw differ on the page.
-    assert cells[twin].nth(2).inner_text() == "send\\u200bmail"
-    assert cells[plain].nth(2).inner_text() == "sendmail"
+    assert cells[twin].nth(3).inner_text() == "send\\u200bmail"
+    assert cells[plain].nth(3).inner_text() == "sendmail"
     body = page.inner_text("body")
     assert not any(c in body for c in RAW), repr(body)
 
@@ -92,6 +92,14 @@ def test_hidden_characters_show_as_escapes_on_every_page(
     assert not any(c in body for c in RAW), repr(body)
     assert not any(c in page.title() for c in RAW)
     assert "\\u202e" in boxes(page) and "\\ufeff" in boxes(page)
+
+    page.goto(server.url + "hosts")
+    assert "web\\u20661" in seen(page, "#hosts")
+    assert not any(c in page.inner_text("body") for c in RAW)
+
+    page.goto(server.url + "queues/" + quote(QUEUE))
+    assert seen(page, "h1").startswith("Queue q\\x1b]0;pwned\\x07")
+    assert not any(c in page.inner_text("body") for c in RAW)
 
     page.goto(server.url + "schedules")
     assert "night\\xa0ly" in seen(page, "#schedules")
@@ -138,6 +146,9 @@ def test_a_filter_on_a_hidden_character_finds_the_real_row(
     page.goto(server.url)
     row = page.locator("#queues tbody tr").filter(has_text="pwned")
     row.locator("td a").first.click()
+    page.wait_for_url("**/queues/*")
+    assert seen(page, "h1").startswith("Queue q\\x1b]0;pwned\\x07")
+    page.click("#count-dead")
     page.wait_for_url("**/jobs?queue=*")
     assert [r.get_attribute("data-job") for r in page.locator("#jobs tbody tr").all()] \
         == [str(hostile)]

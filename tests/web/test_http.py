@@ -98,7 +98,7 @@ def test_actions_use_the_operator_semantics(web: Callable[..., WebServer], dsn: 
         assert act("cancel-job", job_id=str(waiting)).status_code == 303
         assert job_state(dsn, waiting) == "cancelled"
         refused = act("cancel-job", job_id=str(dead[0]))
-        assert refused.status_code == 409 and "only queued jobs cancel" in refused.text
+        assert refused.status_code == 409 and "only queued and running jobs cancel" in refused.text
         assert act("retry-queue", queue="mail").status_code == 303
         assert [job_state(dsn, i) for i in dead] == ["queued"] * 3
         assert job_state(dsn, other_dead) == "dead"
@@ -169,7 +169,8 @@ def test_a_non_loopback_bind_needs_a_token_or_basic_auth(
     named = run_web(["--listen", "ops-box.example:0"])
     assert named.returncode == 2 and "is not a loopback address" in named.stderr
 
-    server = web("--listen", "0.0.0.0:0", env={"PGFLEET_WEB_TOKEN": "s3cret-token-abcdef"})
+    server = web("--listen", "0.0.0.0:0", "--behind-proxy",
+                 env={"PGFLEET_WEB_TOKEN": "s3cret-token-abcdef"})
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     with httpx.Client(base_url=url) as client:
         denied = client.get("/")
@@ -182,7 +183,7 @@ def test_a_non_loopback_bind_needs_a_token_or_basic_auth(
 
     secret = tmp_path / "basic"
     write_secret(secret, "admin:correct horse\n")
-    server = web("--listen", "0.0.0.0:0", "--basic-auth-file", str(secret))
+    server = web("--listen", "0.0.0.0:0", "--behind-proxy", "--basic-auth-file", str(secret))
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     with httpx.Client(base_url=url) as client:
         assert client.get("/", auth=("admin", "correct horse")).status_code == 200
@@ -191,7 +192,7 @@ def test_a_non_loopback_bind_needs_a_token_or_basic_auth(
 
     token = tmp_path / "token"
     write_secret(token, "from-a-file-0123456\n")
-    server = web("--listen", "0.0.0.0:0", "--token-file", str(token),
+    server = web("--listen", "0.0.0.0:0", "--behind-proxy", "--token-file", str(token),
                  env={"PGFLEET_WEB_BASIC_AUTH": "ops:env-password"})
     url = server.url.replace("0.0.0.0", "127.0.0.1")
     with httpx.Client(base_url=url) as client:

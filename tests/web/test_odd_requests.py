@@ -85,7 +85,7 @@ def test_a_real_conflict_stays_a_409(web: Callable[..., WebServer], dsn: str) ->
         answer = act(client, "retry-job", job_id=str(waiting))
         assert answer.status_code == 409 and "is not dead or cancelled" in answer.text
         gone = act(client, "cancel-job", job_id="999999")
-        assert gone.status_code == 409 and "only queued jobs cancel" in gone.text
+        assert gone.status_code == 409 and "only queued and running jobs cancel" in gone.text
 
 
 @pytest.mark.parametrize(("query", "message"), [
@@ -118,8 +118,12 @@ def test_a_queue_named_with_control_characters_is_filtered_and_paused(
     other = dead_job(dsn, queue="q")
     server = web()
     with httpx.Client(base_url=server.url) as client:
-        link = re.search(r'href="(/jobs\?queue=q%01[^"]*)"', client.get("/").text)
-        assert link, "no link to the queue's jobs"
+        overview = client.get("/").text
+        link = re.search(r'href="(/jobs\?queue=q%01[^"]*state=dead)"', overview)
+        assert link, "no link to the queue's dead jobs"
+        page = re.search(r'href="(/queues/q%01[^"]*)"', overview)
+        assert page, "no link to the queue's page"
+        assert client.get(page.group(1)).status_code == 200
         listed = client.get(link.group(1).replace("&amp;", "&"))
         assert listed.status_code == 200
         assert f'data-job="{job}"' in listed.text and f'data-job="{other}"' not in listed.text

@@ -102,3 +102,29 @@ def test_the_windows_fit_the_time_left() -> None:
     assert paging.next_window(10_000_000, 0.001, 1_000_000) == paging.MAX_WINDOW
     assert paging.next_window(10_000, 0.1, 10_000) == 0  # budget spent
     assert paging.next_window(10_000, 0.095, 10_000) < paging.MIN_WINDOW
+
+
+def explain(dsn: str, name: str, params: dict[str, object]) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        configure_connection(conn)
+        rows = conn.execute(b"EXPLAIN " + queries._statements()[name], params).fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+@pytest.mark.parametrize("queue", [None, "a"], ids=["fleet", "queue"])
+def test_the_charts_read_a_bounded_stretch_of_the_finished_index(
+        history: str, queue: str | None) -> None:
+    # Every job of the history finished in the last hour: the read stops at its bound.
+    text = explain(history, "activity", {"queue": queue, "rows": queries.ACTIVITY_ROWS})
+    assert "Index Scan Backward using jobs_finished_idx" in text, text
+    assert "Limit" in text and "Seq Scan" not in text, text
+    with psycopg.connect(history, autocommit=True) as conn:
+        activity = queries.activity(conn, queue)
+    assert activity.rows_read == queries.ACTIVITY_ROWS and activity.cut_short
+
+
+def test_running_jobs_are_read_from_their_partial_index(history: str) -> None:
+    for name, params in (("running_jobs", {"queue": "a", "limit": 20}),
+                         ("held_jobs", {"holders": ["h:1:w", "h:2:w"], "per_worker": 10})):
+        text = explain(history, name, params)
+        assert "Seq Scan on jobs" not in text, text

@@ -106,9 +106,16 @@ def check(config: Path, dsn: str) -> subprocess.CompletedProcess[str]:
     ("  listen: nowhere\n", r"^pgfleet\.yaml:4: web\.listen: .*expected host:port"),
     ("  listen: 0.0.0.0:8080\n  token_file: missing.txt\n",
      r"^pgfleet\.yaml:5: web\.token_file .*missing\.txt: No such file"),
+    ("  listen: 0.0.0.0:8080\n  token_file: token\n",
+     r"^pgfleet\.yaml:4: web\.listen 0\.0\.0\.0:8080 is not a loopback address: serve TLS "
+     r"\(web\.tls_cert and web\.tls_key\) or say that a proxy in front terminates it "
+     r"\(web\.behind_proxy\)$"),
+    ("  tls_cert: cert.pem\n",
+     r"^pgfleet\.yaml:4: web\.tls_cert needs web\.tls_key as well$"),
 ])
 def test_check_refuses_a_web_section_that_cannot_work(dsn: str, tmp_path: Path, web: str,
                                                         error: str) -> None:
+    write_secret(tmp_path / "token", "s3cret-token-0123\n")
     config = tmp_path / "pgfleet.yaml"
     config.write_text(f"queues:\n  default: {{}}\nweb:\n{web}")
     result = check(config, dsn)
@@ -123,7 +130,7 @@ def test_check_accepts_a_public_address_with_a_token_file_beside_the_config(
     write_secret(tmp_path / "web-token", "s3cret-token-0123\n")
     config = tmp_path / "pgfleet.yaml"
     config.write_text("queues:\n  default: {}\nweb:\n  listen: 0.0.0.0:8080\n"
-                      "  token_file: web-token\n")
+                      "  token_file: web-token\n  behind_proxy: true\n")
     result = check(config, dsn)
     assert result.returncode == 0, result.stderr
     assert "s3cret" not in result.stdout + result.stderr

@@ -278,7 +278,8 @@ class WebConfig(BaseModel):
     )
     listen: str = Field(
         default="127.0.0.1:8080",
-        description="host:port to serve on; anything but loopback needs a token or basic auth.",
+        description="host:port to serve on; anything but loopback needs a token or basic "
+                    "auth, and TLS or behind_proxy.",
     )
     read_only: bool = Field(default=False, description="Show everything, change nothing.")
     token_file: str | None = Field(
@@ -291,7 +292,18 @@ class WebConfig(BaseModel):
     behind_proxy: bool = Field(
         default=False,
         description="A reverse proxy is in front: its X-Forwarded-Host counts in the origin "
-                    "check of forms (only Host otherwise).",
+                    "check of forms (only Host otherwise), and it terminates TLS.",
+    )
+    viewer_token_file: str | None = Field(
+        default=None,
+        description="File holding a token that may look but not act (else "
+                    "PGFLEET_WEB_VIEWER_TOKEN).",
+    )
+    tls_cert: str | None = Field(
+        default=None, description="Serve HTTPS with this certificate chain (PEM file).",
+    )
+    tls_key: str | None = Field(
+        default=None, description="The private key of tls_cert (PEM file, mode 600).",
     )
 
     @field_validator("listen")

@@ -367,6 +367,31 @@ UPDATE pgfleet.jobs j
                            AND d.queue = j.queue AND d.state = 'dead')))
 RETURNING j.id, j.queue
 
+-- name: retry_jobs :many
+-- Manual retry of many dead or cancelled jobs at once (the web UI's bulk retry), as
+-- retry_job does each: only those whose unique key is free, and of several that share a
+-- key only the newest; the others are left as they are.
+UPDATE pgfleet.jobs j
+   SET state = 'queued', attempt = 0, refunds = 0, run_at = now(), finished_at = NULL,
+       lease_holder = NULL, lease_expires_at = NULL
+ WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('dead', 'cancelled')
+   AND (j.unique_key IS NULL
+        OR (NOT EXISTS (SELECT 1 FROM pgfleet.jobs h
+                         WHERE h.task = j.task AND h.unique_key = j.unique_key
+                           AND h.state IN ('queued', 'running'))
+            AND j.id = (SELECT max(d.id) FROM pgfleet.jobs d
+                         WHERE d.task = j.task AND d.unique_key = j.unique_key
+                           AND d.id = ANY(%(ids)s::bigint[])
+                           AND d.state IN ('dead', 'cancelled'))))
+RETURNING j.id, j.queue
+
+-- name: delete_jobs :many
+-- Jobs deleted by an operator: any not running (a running one is cancelled first, so its
+-- worker is never left holding a row that is gone).
+DELETE FROM pgfleet.jobs
+ WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'running'
+RETURNING id
+
 -- name: dead_keys_held :many
 -- After retry_dead_of_queue: the dead jobs of the queue left behind, each with the
 -- unfinished job that holds its unique key.

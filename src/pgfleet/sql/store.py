@@ -496,6 +496,28 @@ def retry_job(conn: Conn, job_id: int) -> str | None:
     return row.queue
 
 
+def retry_jobs(conn: Conn, ids: Sequence[int]) -> list[int]:
+    """Requeue those of `ids` that are dead or cancelled and whose unique key is free;
+    the ids requeued. An enqueue that takes a key during the statement fails it: tried
+    again, as retry_dead_of_queue does."""
+    for attempt in range(RETRY_ROUNDS):
+        try:
+            with conn.transaction():
+                rows = _many(conn, "retry_jobs", {"ids": list(ids)}, JobQueue)
+            break
+        except psycopg.errors.UniqueViolation:
+            if attempt == RETRY_ROUNDS - 1:
+                raise
+    for queue in sorted({row.queue for row in rows}):
+        notify_queue(conn, queue)
+    return [row.id for row in rows]
+
+
+def delete_jobs(conn: Conn, ids: Sequence[int]) -> list[int]:
+    """Delete those of `ids` that are not running; the ids deleted."""
+    return [row.id for row in _many(conn, "delete_jobs", {"ids": list(ids)}, JobId)]
+
+
 def retry_dead_of_queue(conn: Conn, queue: str) -> list[int]:
     """Requeue the dead jobs of `queue` whose unique key is free; dead_keys_held names
     the others. An enqueue that takes a key during the statement fails it: try again."""

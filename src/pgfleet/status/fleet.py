@@ -75,7 +75,7 @@ def _fleet(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     reports = [{"id": p.id, "queue": p.queue, "task": p.task,
                 "progress": _decoded(p.progress)} for p in progress]
     return {"queues": queues, "limits": [_limits(f) for f in flows],
-            "hosts": _hosts(processes), "progress": reports}
+            "hosts": hosts_of(processes), "progress": reports}
 
 
 def _xmin_horizon(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -194,7 +194,7 @@ def render_limits(limits: list[dict[str, Any]]) -> list[str]:
             for row in cells] + [""]
 
 
-def _hosts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def hosts_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def entry(row: dict[str, Any]) -> dict[str, Any]:
         return {"id": row["id"], "kind": row["kind"], "queue": row["queue"], "pid": row["pid"],
                 "heartbeat_age": row["heartbeat_age"]}

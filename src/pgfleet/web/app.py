@@ -21,7 +21,7 @@ from pgfleet.errors import DatabaseUnavailable, PgfleetError
 from pgfleet.sql.db import scrub, session_kwargs
 from pgfleet.sql.far_times import accept_far_times
 from pgfleet.web import actions, pages
-from pgfleet.web.rendering import busy, render
+from pgfleet.web.rendering import busy, json_response, render
 from pgfleet.web.security import Guard
 from pgfleet.web.settings import WebSettings
 
@@ -83,8 +83,21 @@ def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -
             Route("/", pages.overview),
             Route("/jobs", pages.jobs),
             Route("/jobs/{job_id}", pages.job),
+            Route("/jobs/{job_id}/result", pages.job_result),
+            Route("/queues/{name:path}", pages.queue),
+            Route("/hosts", pages.hosts),
             Route("/schedules", pages.schedules),
             Route("/actions/{name}", actions.act, methods=["POST"]),
+            # The same pages and actions as JSON, for scripts (docs/web.md, "JSON API").
+            Route("/api/", api_index),
+            Route("/api/overview", pages.overview),
+            Route("/api/jobs", pages.jobs),
+            Route("/api/jobs/{job_id}", pages.job),
+            Route("/api/jobs/{job_id}/result", pages.job_result),
+            Route("/api/queues/{name:path}", pages.queue),
+            Route("/api/hosts", pages.hosts),
+            Route("/api/schedules", pages.schedules),
+            Route("/api/actions/{name}", actions.act_api, methods=["POST"]),
             Mount("/static", static, name="static"),
         ],
         middleware=[Middleware(Guard, settings=settings)],
@@ -98,6 +111,16 @@ def create_app(settings: WebSettings, pool: ConnectionPool[Any] | None = None) -
     app.state.pool = the_pool
     app.state.searches = threading.BoundedSemaphore(SEARCHES)
     return app
+
+
+def api_index(request: Request) -> Response:
+    """What the API offers, and the CSRF token a client without a bearer token sends."""
+    return json_response({
+        "csrf": request.state.csrf, "read_only": request.state.read_only,
+        "role": request.state.role,
+        "pages": ["/api/overview", "/api/jobs", "/api/jobs/ID", "/api/jobs/ID/result",
+                  "/api/queues/NAME", "/api/hosts", "/api/schedules"],
+        "actions": sorted(actions.ACTIONS)})
 
 
 def _all_lent(pool: ConnectionPool[Any]) -> bool:

@@ -62,6 +62,17 @@ def head_guarded(deadline: float = HEAD_DEADLINE,
             if not self.transport.is_closing():
                 self.await_head()
 
+        def shutdown(self) -> None:
+            # A request still sending its body would hold the stop for the whole grace
+            # (and then be cancelled mid-handler): it is cut now. Nothing was done for it
+            # yet, since an action reads its whole form before it acts.
+            cycle = self.cycle
+            if (cycle is not None and cycle.more_body and not cycle.response_started
+                    and not self.transport.is_closing()):
+                self.transport.close()
+                return
+            super().shutdown()
+
         def connection_lost(self, exc: Exception | None) -> None:
             self.stop_waiting()
             super().connection_lost(exc)

@@ -55,7 +55,7 @@ class WebChild(ChildProcess):
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                                   name="pgfleet-web-http", daemon=True)
         thread.start()
-        log.info("web UI listening on %s%s", url_of(sock),
+        log.info("web UI listening on %s%s", url_of(sock, self.settings.tls),
                  " (read-only)" if self.settings.read_only else "")
         if not self.settings.has_auth:
             log.warning("web UI: %s", OPEN_TO_LOCAL_USERS)

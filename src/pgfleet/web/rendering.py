@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from functools import cache
@@ -10,7 +11,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 
 from pgfleet.sql.far_times import FarTime
 from pgfleet.status.fleet import age, count
@@ -86,12 +87,58 @@ def plain(value: Any) -> str:
     return escape_controls(str(value))
 
 
-def render(request: Request, body: str, status: int = 200, **context: Any) -> HTMLResponse:
+API_PREFIX = "/api/"
+# What each page says as JSON under /api/: the data the template draws, not its markup.
+API_FIELDS = {
+    "overview.html": ("queues", "limits", "hosts", "progress", "activity"),
+    "queue.html": ("q", "limits", "running", "workers", "activity"),
+    "jobs.html": ("rows", "filters", "searched", "older"),
+    "job.html": ("job", "values", "attempts", "attempts_hidden"),
+    "hosts.html": ("hosts", "held"),
+    "schedules.html": ("runs", "now"),
+}
+# Renamed in the JSON: a template's short names are not an API's.
+API_NAMES = {"q": "queue", "rows": "jobs", "held": "running_jobs"}
+
+
+def is_api(request: Request) -> bool:
+    return request.url.path.startswith(API_PREFIX)
+
+
+def _plain_json(value: Any) -> Any:
+    """json.dumps' fallback: times as ISO 8601 (a far one as PostgreSQL spells it), and
+    dataclasses (an Activity, a schedule's runs) as objects."""
+    if isinstance(value, FarTime):
+        return value.text
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    text = json.dumps(data, default=_plain_json, ensure_ascii=False, allow_nan=False)
+    return Response(text, status, media_type="application/json")
+
+
+def _api_answer(body: str, status: int, context: dict[str, Any]) -> Response:
+    if body == "message.html":
+        return json_response({"error": str(context["message"]),
+                              "title": str(context["title"])}, status)
+    fields = API_FIELDS.get(body, ())
+    return json_response({API_NAMES.get(k, k): context[k] for k in fields if k in context},
+                         status)
+
+
+def render(request: Request, body: str, status: int = 200, **context: Any) -> Response:
     """The page whose live part is the template `body`; only that part when the live
-    refresh asks for it."""
+    refresh asks for it; its data as JSON under /api/."""
+    if is_api(request):
+        return _api_answer(body, status, context)
     settings = request.app.state.settings
     context.update(
-        request=request, csrf=request.state.csrf, read_only=settings.read_only,
+        request=request, csrf=request.state.csrf, read_only=request.state.read_only,
         refresh_seconds=settings.refresh_seconds,
     )
     env = environment()
@@ -104,7 +151,7 @@ def render(request: Request, body: str, status: int = 200, **context: Any) -> HT
 RETRY_AFTER_SECONDS = 2
 
 
-def busy(request: Request, why: str) -> HTMLResponse:
+def busy(request: Request, why: str) -> Response:
     """503 with Retry-After: the database is there, the UI has no room for this request
     now. Never "unreachable", which would send the reader after the wrong problem."""
     response = render(request, "message.html", 503, title="Busy", live=True,

@@ -41,25 +41,37 @@ FAILURE_DELAY = 0.1
 Next = Callable[[Request], Awaitable[Response]]
 
 
-def authorized(settings: WebSettings, header: str | None) -> bool:
-    """The Authorization header carries the token (Bearer, or as a basic-auth password
-    with any user name, so a browser's login prompt works) or the basic-auth pair."""
+OPERATOR = "operator"
+VIEWER = "viewer"
+
+
+def authorized(settings: WebSettings, header: str | None) -> str | None:
+    """The role the Authorization header proves, or None. It carries a token (Bearer, or
+    as a basic-auth password with any user name, so a browser's login prompt works) or the
+    basic-auth pair. The viewer token gives the viewer role; the others the operator's."""
     if not settings.has_auth:
-        return True
+        return OPERATOR
     if not header:
-        return False
+        return None
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer":
-        return _same(value.strip(), settings.token)
+        return _role(settings, value.strip())
     if scheme.lower() != "basic":
-        return False
+        return None
     try:
         user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
     except (binascii.Error, UnicodeDecodeError):
-        return False
-    if _same(password, settings.token):
-        return True
-    return _same(user, settings.basic_user) & _same(password, settings.basic_password)
+        return None
+    role = _role(settings, password)
+    if role is not None:
+        return role
+    pair = _same(user, settings.basic_user) & _same(password, settings.basic_password)
+    return OPERATOR if pair else None
+
+
+def _role(settings: WebSettings, token: str) -> str | None:
+    operator, viewer = _same(token, settings.token), _same(token, settings.viewer_token)
+    return OPERATOR if operator else VIEWER if viewer else None
 
 
 def _same(given: str, expected: str | None) -> bool:
@@ -128,7 +140,8 @@ class Guard(BaseHTTPMiddleware):
     async def _answer(self, request: Request, call_next: Next) -> Response:
         if not self.settings.has_auth and not host_is_loopback(request.headers.get("host", "")):
             return PlainTextResponse("this UI answers to a loopback host name only\n", 421)
-        if not authorized(self.settings, request.headers.get("authorization")):
+        role = authorized(self.settings, request.headers.get("authorization"))
+        if role is None:
             if request.headers.get("authorization"):
                 async with self.failures:
                     await asyncio.sleep(FAILURE_DELAY)
@@ -139,6 +152,9 @@ class Guard(BaseHTTPMiddleware):
             # Beside the CSRF token: another site's form (a sibling port or subdomain is
             # the same *site*, so SameSite lets the cookie through) is refused outright.
             return PlainTextResponse("a form from another origin is refused\n", 403)
+        request.state.role = role
+        # What this request may do: nothing in --read-only, nothing for a viewer.
+        request.state.read_only = self.settings.read_only or role == VIEWER
         cookie = request.cookies.get(CSRF_COOKIE)
         if not cookie:
             cookie = secrets.token_urlsafe(32)

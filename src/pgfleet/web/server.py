@@ -39,7 +39,7 @@ def serve(settings: WebSettings) -> None:
             raise PgfleetError("the pgfleet schema is not installed: run `pgfleet migrate`")
     sock = bind(settings.host, settings.port)
     mode = " (read-only)" if settings.read_only else ""
-    print(f"pgfleet web: serving on {url_of(sock)}{mode}", flush=True)
+    print(f"pgfleet web: serving on {url_of(sock, settings.tls)}{mode}", flush=True)
     if not settings.has_auth:
         print(f"pgfleet web: {OPEN_TO_LOCAL_USERS}", file=sys.stderr, flush=True)
     _Server(server_config(settings, timeout_graceful_shutdown=STOP_GRACE)).run(sockets=[sock])
@@ -74,14 +74,16 @@ def server_config(settings: WebSettings, **options: Any) -> uvicorn.Config:
                           timeout_keep_alive=IDLE_DEADLINE,
                           limit_concurrency=max(32, descriptor_limit() // 2),
                           h11_max_incomplete_event_size=HEAD_LIMIT,
-                          proxy_headers=settings.behind_proxy, **options)
+                          proxy_headers=settings.behind_proxy,
+                          ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key,
+                          **options)
 
 
-def url_of(sock: socket.socket) -> str:
+def url_of(sock: socket.socket, tls: bool = False) -> str:
     """The URL a bound socket serves, `http://127.0.0.1:8080/` (IPv6 in brackets)."""
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
+    return f"{'https' if tls else 'http'}://{shown}:{port}/"
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import os
 import queue as queue_module
 import threading
 import time
@@ -28,6 +29,9 @@ from pgfleet.worker.job_log import UnknownTasks, interrupted
 log = logging.getLogger("pgfleet.worker")
 
 MAX_ERROR_CHARS = 4000
+# The innermost frames of a traceback kept in the job's error, the task's first.
+FRAMES_KEPT = 8
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Seconds an async job's interrupt from outside waits after its timeout: the coroutine's
 # own cancellation normally ends it first (see Executor._execute).
 ASYNC_GRACE = 1.0
@@ -130,10 +134,21 @@ def describe_exception(exc: BaseException) -> str:
     except Exception:  # a hostile __str__ must not take the worker down
         message = "<unprintable exception>"
     try:
-        tb = "".join(traceback.format_tb(exc.__traceback__)[-5:])
+        tb = "".join(traceback.format_list(task_frames(exc)[-FRAMES_KEPT:]))
     except Exception:
         tb = ""
     return truncate(f"{type(exc).__name__}: {message}\n{tb}".strip())
+
+
+def task_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of `exc` from the task's own onwards: the outer frames in pgfleet's
+    package (the executor, middleware, the task wrapper) say nothing about the failure.
+    pgfleet frames deeper down (a task calling enqueue) stay."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    first = 0
+    while first < len(frames) - 1 and frames[first].filename.startswith(_PACKAGE_DIR):
+        first += 1
+    return list(frames[first:])
 
 
 class Executor:

@@ -1,9 +1,36 @@
 // Live refresh: every few seconds fetch the page's live part and swap it in, so counts,
-// states and new jobs appear without a reload. Paused while the tab is hidden.
+// states and new jobs appear without a reload. Paused while the tab is hidden. Ticked
+// boxes (data-keep) survive the swap, so a selection is never lost to a refresh.
 (function () {
   "use strict";
   var live = document.getElementById("live");
   var status = document.getElementById("live-status");
+
+  // "this page" ticks or clears every job of the page.
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (box && box.id === "select-page") {
+      document.querySelectorAll("input.pick").forEach(function (pick) {
+        pick.checked = box.checked;
+      });
+    }
+  });
+
+  function ticked() {
+    var keep = {};
+    document.querySelectorAll("#live input[type=checkbox][data-keep]").forEach(function (box) {
+      if (box.checked) {
+        keep[box.dataset.keep + ":" + box.value] = true;
+      }
+    });
+    return keep;
+  }
+
+  function tick_again(keep) {
+    document.querySelectorAll("#live input[type=checkbox][data-keep]").forEach(function (box) {
+      box.checked = Boolean(keep[box.dataset.keep + ":" + box.value]);
+    });
+  }
   if (!live || !live.dataset.refresh) {
     return;
   }
@@ -44,7 +71,9 @@
       })
       .then(function (html) {
         // The server escaped every value; this is its own markup, not user input.
+        var keep = ticked();
         live.innerHTML = html;
+        tick_again(keep);
         live.dataset.refreshed = String(Date.now());
         live.classList.remove("stale");
         delete live.dataset.stale;
