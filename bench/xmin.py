@@ -329,7 +329,7 @@ def run_cell(cluster: Cluster, db: ClusterDatabase, system: System, rate: int, h
             starts = reader.read()
     shutil.rmtree(folder, ignore_errors=True)
     return {"system": system.name, "rate": rate, "holder": holder, "held": held,
-            "windows": stats.windows(samples, starts),
+            "samples": samples, "windows": stats.windows(samples, starts),
             "summary": stats.cell_summary(samples, starts)}
 
 
@@ -387,6 +387,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pgfleet-threads", type=int, default=4)
     parser.add_argument("--output", type=Path, help="the JSON file (default"
                         " bench/results/xmin-<UTC date and time>.json); .md beside it")
+    parser.add_argument("--table", type=Path, metavar="JSON",
+                        help="run nothing: print the markdown table of an earlier run's JSON")
     args = parser.parse_args(argv)
     if args.cell_seconds < 2 * args.window:
         parser.error(f"--cell-seconds {args.cell_seconds:g} is shorter than two windows"
@@ -396,6 +398,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.table:
+        try:
+            cells = json.loads(args.table.read_text())["cells"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"--table {args.table}: not a bench.xmin result ({exc})") from None
+        print(stats.markdown(cells), end="")
+        return
     output = args.output or (BENCH_DIR / "results"
                              / f"xmin-{time.strftime('%Y-%m-%dT%H%M', time.gmtime())}.json")
     cluster = Cluster()

@@ -140,7 +140,9 @@ def cell_summary(samples: Sequence[dict[str, Any]], starts: Sequence[Start]
         "dead_tuples_max": max(dead) if dead else None,
         "table_bytes_end": last.get("table_bytes"),
         "claim_index_bytes_end": last.get("claim_index_bytes"),
-        "autovacuums": last.get("autovacuums"),
+        # The counter lives as long as the table (TRUNCATE keeps it): this cell's share.
+        "autovacuums": (None if last.get("autovacuums") is None
+                        else last["autovacuums"] - (first.get("autovacuums") or 0)),
         "load1_mean": statistics.fmean(loads) if loads else None,
         "load1_max": max(loads) if loads else None,
         "server_cpu": (last["server_cpu_s"] - first["server_cpu_s"]) / seconds,
@@ -163,8 +165,8 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 
 COLUMNS = ("rate", "holder", "system", "offered/s", "dequeued/s", "p50 ms", "p99 ms",
-           "claim ms", "buffers/claim", "jobs/claim", "dead tuples (end)", "backlog (end)",
-           "load avg")
+           "claim ms", "buffers/claim", "jobs/claim", "claim ms, last window",
+           "buffers, last window", "dead tuples (end)", "backlog (end)", "load avg")
 
 
 def table_rows(cells: Sequence[dict[str, Any]]) -> list[list[str]]:
@@ -180,11 +182,17 @@ def table_rows(cells: Sequence[dict[str, Any]]) -> list[list[str]]:
         def med(key: str, sub: str | None = None, _s: list[dict[str, Any]] = s) -> float | None:
             return _median(x[key][sub] if sub else x[key] for x in _s)
 
+        last = [r["windows"][-1]["claim"] if r.get("windows") else {} for r in runs]
+
+        def med_last(key: str, _last: list[dict[str, Any]] = last) -> float | None:
+            return _median(c.get(key) for c in _last)
+
         name = system if len(runs) == 1 else f"{system} (median of {len(runs)})"
         rows.append([f"{rate:,}", holder, name, _num(med("offered_per_s")),
                      _num(med("dequeued_per_s")), _num(med("p50_ms"), 1),
                      _num(med("p99_ms"), 1), _num(med("claim", "ms"), 2),
                      _num(med("claim", "buffers")), _num(med("claim", "rows"), 1),
+                     _num(med_last("ms"), 2), _num(med_last("buffers")),
                      _num(med("dead_tuples_end")), _num(med("backlog_end")),
                      _num(med("load1_mean"), 1)])
     return rows

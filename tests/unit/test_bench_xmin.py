@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +19,8 @@ def sample(at: float, produced: int, calls: float = 0, ms: float = 0, buffers: f
             "statements": {label: {"calls": calls, "ms": ms, "buffers": buffers, "read": 0,
                                    "rows": rows}},
             "dead_tuples": dead, "live_tuples": 0, "table_bytes": 8192, "index_bytes": 0,
-            "claim_index_bytes": 16384, "autovacuums": 0, "load1": extra.get("load1", 1.0),
+            "claim_index_bytes": 16384, "autovacuums": extra.get("autovacuums", 0),
+            "load1": extra.get("load1", 1.0),
             "holder_xmin_age": None, "oldest_xmin_age": None,
             "server_cpu_s": extra.get("server_cpu_s", 0.0),
             "workers_cpu_s": extra.get("workers_cpu_s", 0.0)}
@@ -89,9 +92,10 @@ def test_statements_of_several_labels_add_up_and_a_late_label_grows_from_zero() 
 
 
 def test_cell_summary_covers_first_to_last_sample() -> None:
-    samples = [sample(0.0, 0), sample(5.0, 100, calls=10, ms=10, buffers=500, dead=3,
-                                      load1=2.0),
-               sample(10.0, 200, calls=20, ms=30, buffers=1500, dead=1, load1=4.0)]
+    samples = [sample(0.0, 0, autovacuums=40),
+               sample(5.0, 100, calls=10, ms=10, buffers=500, dead=3, load1=2.0),
+               sample(10.0, 200, calls=20, ms=30, buffers=1500, dead=1, load1=4.0,
+                      autovacuums=43)]
     # Starts before the first sample belong to no cell; the last 20 jobs never started.
     starts = [(-1.0, 1.0)] + [(0.05 * i, float(i)) for i in range(1, 181)]
     s = stats.cell_summary(samples, starts)
@@ -101,12 +105,16 @@ def test_cell_summary_covers_first_to_last_sample() -> None:
     assert s["claim"] == {"calls": 20, "ms": 1.5, "buffers": 75.0, "rows": 0.0}
     assert s["dead_tuples_end"] == 1 and s["dead_tuples_max"] == 3
     assert s["load1_mean"] == 3.0 and s["load1_max"] == 4.0
+    assert s["autovacuums"] == 3  # the table's counter outlives TRUNCATE: this cell's share
     with pytest.raises(ValueError, match="two samples"):
         stats.cell_summary(samples[:1], starts)
 
 
-def _cell(system: str, holder: str, p50: float | None, claim_ms: float | None) -> dict[str, Any]:
+def _cell(system: str, holder: str, p50: float | None, claim_ms: float | None,
+          last_ms: float | None = None) -> dict[str, Any]:
     return {"system": system, "rate": 800, "holder": holder,
+            "windows": [{"claim": {"ms": 0.1, "buffers": 1.0}},
+                        {"claim": {"ms": last_ms, "buffers": 2000.0}}],
             "summary": {"offered_per_s": 800.0, "dequeued_per_s": 790.0, "p50_ms": p50,
                         "p99_ms": None, "claim": {"ms": claim_ms, "buffers": 100.0,
                                                   "rows": 2.0},
@@ -114,14 +122,15 @@ def _cell(system: str, holder: str, p50: float | None, claim_ms: float | None) -
 
 
 def test_table_has_one_row_per_cell_and_medians_over_rounds() -> None:
-    cells = [_cell("pgfleet", "none", 3.0, 0.5), _cell("skiplocked", "none", 9.0, None),
-             _cell("pgfleet", "none", 5.0, 0.7), _cell("pgfleet", "none", 4.0, 0.6)]
+    cells = [_cell("pgfleet", "none", 3.0, 0.5, 20.0), _cell("skiplocked", "none", 9.0, None),
+             _cell("pgfleet", "none", 5.0, 0.7, 10.0), _cell("pgfleet", "none", 4.0, 0.6, 30.0)]
     rows = stats.table_rows(cells)
     assert len(rows) == 2
     assert rows[0][:3] == ["800", "none", "pgfleet (median of 3)"]
     assert rows[0][5] == "4.0" and rows[0][7] == "0.60"
     assert rows[1][2] == "skiplocked" and rows[1][6] == "-" and rows[1][7] == "-"
-    assert rows[1][10] == "1,234"
+    assert rows[0][10] == "20.00" and rows[0][11] == "2,000"  # the last window's claim
+    assert rows[1][10] == "-" and rows[1][12] == "1,234"
     page = stats.markdown(cells)
     assert page.splitlines()[0].startswith("| rate | holder | system |")
     assert len(page.splitlines()) == 4
@@ -140,6 +149,18 @@ def test_arguments_are_checked_with_one_clear_line(capsys: pytest.CaptureFixture
         with pytest.raises(SystemExit):
             xmin.parse_args(argv)
         assert message in capsys.readouterr().err
+
+
+def test_table_reprints_an_earlier_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"cells": [_cell("pgfleet", "held", 30.0, 9.0, 22.0)]}))
+    xmin.main(["--table", str(run)])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and out[2].startswith("| 800 | held | pgfleet | 800 | 790 | 30.0 |")
+    run.write_text("[1, 2]")
+    with pytest.raises(SystemExit, match=r"^--table .*run\.json: not a bench\.xmin result"):
+        xmin.main(["--table", str(run)])
 
 
 def test_system_names() -> None:
