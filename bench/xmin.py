@@ -208,8 +208,7 @@ class StartReader:
                 chunk = fh.read()
                 self.offsets[path] = fh.tell()
             whole, self.partial[path] = stats.complete_lines(self.partial.get(path, "") + chunk)
-            self.starts += stats.parse_starts(whole, str(path))
-        self.starts.sort()
+            stats.merge_starts(self.starts, stats.parse_starts(whole, str(path)))
         return self.starts
 
 
@@ -319,9 +318,9 @@ def run_cell(cluster: Cluster, db: ClusterDatabase, system: System, rate: int, h
                         raise RuntimeError(f"{system.name} producer failed: {producer.error!r}")
                     samples.append(sampler.take())
                     reader.read()
+                    recent = stats.starts_after(reader.starts, samples[-2]["at"])
                     log(_line(system.name, rate, holder,
-                              stats.windows(samples[-2:], reader.starts,
-                                                samples[0]["at"])[0]))
+                              stats.windows(samples[-2:], recent, samples[0]["at"])[0]))
             finally:
                 producer.stop.set()
                 producer.join(30)

@@ -48,6 +48,22 @@ def complete_lines(buffer: str) -> tuple[str, str]:
     return buffer[:cut], buffer[cut:]
 
 
+def merge_starts(starts: list[Start], new: list[Start]) -> None:
+    """Add `new` to the sorted `starts`, keeping them sorted. New records are mostly later
+    than the ones held (files are flushed at slightly different moments), so only the
+    tail from the earliest new record is sorted again, not the whole cell."""
+    if not new:
+        return
+    new.sort()
+    cut = bisect.bisect_left(starts, new[0])
+    starts[cut:] = sorted(starts[cut:] + new)
+
+
+def starts_after(starts: list[Start], at: float) -> list[Start]:
+    """The sorted starts later than `at`."""
+    return starts[bisect.bisect_right(starts, (at, float("inf"))):]
+
+
 def quantile(sorted_values: Sequence[float], q: float) -> float | None:
     """Nearest rank, as bench/latency_peers.py takes it; None for no values."""
     if not sorted_values:

@@ -41,6 +41,29 @@ def test_complete_lines_keeps_the_partial_last_line() -> None:
     assert stats.complete_lines("5 6") == ("", "5 6")
 
 
+def test_merge_starts_keeps_a_cell_sorted_and_starts_after_cuts_it() -> None:
+    starts: list[stats.Start] = [(1.0, 1.0), (3.0, 1.0), (5.0, 1.0)]
+    stats.merge_starts(starts, [(6.0, 2.0), (4.0, 2.0)])  # a file flushed a moment late
+    stats.merge_starts(starts, [])
+    assert starts == [(1.0, 1.0), (3.0, 1.0), (4.0, 2.0), (5.0, 1.0), (6.0, 2.0)]
+    assert stats.starts_after(starts, 4.0) == [(5.0, 1.0), (6.0, 2.0)]
+    assert stats.starts_after(starts, 9.0) == []
+
+
+def test_start_reader_reads_whole_lines_of_every_file_as_they_grow(tmp_path: Path) -> None:
+    a, b = tmp_path / "1.rec", tmp_path / "2.rec"
+    a.write_text("10.0 1.5\n12.0 2.5\n13.")
+    b.write_text("11.0 4.0\n")
+    reader = xmin.StartReader(tmp_path)
+    assert reader.read() == [(10.0, 1.5), (11.0, 4.0), (12.0, 2.5)]
+    with open(a, "a") as fh:
+        fh.write("5 3.0\n")
+    with open(b, "a") as fh:
+        fh.write("12.5 1.0\n")
+    assert reader.read() == [(10.0, 1.5), (11.0, 4.0), (12.0, 2.5), (12.5, 1.0),
+                             (13.5, 3.0)]
+
+
 def test_quantile_is_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
     assert stats.quantile(values, 0.5) == 51.0
