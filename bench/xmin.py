@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -287,9 +287,9 @@ def _line(system: str, rate: int, holder: str, w: dict[str, Any]) -> str:
     return (f"{system:10s} {rate:>5}/s {holder:4s} t={w['t']:>5.0f}s"
             f" offered {w['offered_per_s']:6.0f}/s dequeued {w['dequeued_per_s']:6.0f}/s"
             f" backlog {w['backlog']:>7}"
-            f" p50 {stats._num(w['p50_ms'], 1):>6} p99 {stats._num(w['p99_ms'], 1):>7} ms"
-            f" claim {stats._num(claim['ms'], 2):>7} ms {stats._num(claim['buffers']):>7} buf"
-            f" dead {stats._num(w['dead_tuples']):>9}"
+            f" p50 {stats.num(w['p50_ms'], 1):>6} p99 {stats.num(w['p99_ms'], 1):>7} ms"
+            f" claim {stats.num(claim['ms'], 2):>7} ms {stats.num(claim['buffers']):>7} buf"
+            f" dead {stats.num(w['dead_tuples']):>9}"
             f" index {w['claim_index_bytes'] / 2**20:.1f} MiB load {w['load1']:.1f}"
             f" cpu db {w['server_cpu']:.2f} workers {w['workers_cpu']:.2f}")
 
@@ -301,7 +301,7 @@ def run_cell(cluster: Cluster, db: ClusterDatabase, system: System, rate: int, h
     with psycopg.connect(db.dsn, autocommit=True) as conn:
         reset(conn, system)
         with system.workers(db, threads) as worker_pids, \
-                (xmin_holder(db.dsn) if holder == "held" else _nothing()) as held:
+                (xmin_holder(db.dsn) if holder == "held" else nullcontext()) as held:
             producer = ProducerThread(system, db.dsn, rate)
             sampler = Sampler(conn, system, cluster.postmaster_pid(), worker_pids, producer)
             reader = StartReader(folder)
@@ -330,11 +330,6 @@ def run_cell(cluster: Cluster, db: ClusterDatabase, system: System, rate: int, h
     return {"system": system.name, "rate": rate, "holder": holder, "held": held,
             "samples": samples, "windows": stats.windows(samples, starts),
             "summary": stats.cell_summary(samples, starts)}
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield None
 
 
 # ---- main ----------------------------------------------------------------------------------
@@ -444,9 +439,9 @@ def main(argv: list[str] | None = None) -> None:
                         results["cells"].append(cell)
                         s = cell["summary"]
                         log(f"== {system.name} {rate}/s holder {holder}: dequeued"
-                            f" {s['dequeued_per_s']:.0f}/s p50 {stats._num(s['p50_ms'], 1)}"
-                            f" p99 {stats._num(s['p99_ms'], 1)} ms claim"
-                            f" {stats._num(s['claim']['ms'], 2)} ms")
+                            f" {s['dequeued_per_s']:.0f}/s p50 {stats.num(s['p50_ms'], 1)}"
+                            f" p99 {stats.num(s['p99_ms'], 1)} ms claim"
+                            f" {stats.num(s['claim']['ms'], 2)} ms")
     finally:
         results["finished"] = time.strftime("%FT%TZ", time.gmtime())
         cluster.destroy()

@@ -169,7 +169,7 @@ def cell_summary(samples: Sequence[dict[str, Any]], starts: Sequence[Start]
 # ---- the table -------------------------------------------------------------------------
 
 
-def _num(value: float | None, digits: int = 0) -> str:
+def num(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "-"
     return f"{value:,.{digits}f}"
@@ -204,13 +204,13 @@ def table_rows(cells: Sequence[dict[str, Any]]) -> list[list[str]]:
             return _median(c.get(key) for c in _last)
 
         name = system if len(runs) == 1 else f"{system} (median of {len(runs)})"
-        rows.append([f"{rate:,}", holder, name, _num(med("offered_per_s")),
-                     _num(med("dequeued_per_s")), _num(med("p50_ms"), 1),
-                     _num(med("p99_ms"), 1), _num(med("claim", "ms"), 2),
-                     _num(med("claim", "buffers")), _num(med("claim", "rows"), 1),
-                     _num(med_last("ms"), 2), _num(med_last("buffers")),
-                     _num(med("dead_tuples_end")), _num(med("backlog_end")),
-                     _num(med("load1_mean"), 1)])
+        rows.append([f"{rate:,}", holder, name, num(med("offered_per_s")),
+                     num(med("dequeued_per_s")), num(med("p50_ms"), 1),
+                     num(med("p99_ms"), 1), num(med("claim", "ms"), 2),
+                     num(med("claim", "buffers")), num(med("claim", "rows"), 1),
+                     num(med_last("ms"), 2), num(med_last("buffers")),
+                     num(med("dead_tuples_end")), num(med("backlog_end")),
+                     num(med("load1_mean"), 1)])
     return rows
 
 

@@ -4,7 +4,8 @@ producer, their workers, their claim statements and the table their claims read.
 - pgfleet: `pgfleet run` with 2 worker processes and the threads given (4 by default, as
   the outside trial ran it); everything else pgfleet's defaults (prefetch auto, the
   metrics exporter on, on a free port). The task is bench.xmin_tasks.xmin_noop.
-- pgqueuer and skiplocked: 2 processes of bench/xmin_workers.py each.
+- pgqueuer and skiplocked: 2 processes of bench/xmin_workers.py each; pgqueuer-bN is
+  PgQueuer with batch_size N.
 """
 
 from __future__ import annotations
