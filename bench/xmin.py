@@ -319,8 +319,9 @@ def run_cell(cluster: Cluster, db: ClusterDatabase, system: System, rate: int, h
                     samples.append(sampler.take())
                     reader.read()
                     recent = stats.starts_after(reader.starts, samples[-2]["at"])
-                    log(_line(system.name, rate, holder,
-                              stats.windows(samples[-2:], recent, samples[0]["at"])[0]))
+                    log(_line(system.name, rate, holder, stats.windows(
+                        samples[-2:], recent, samples[0]["at"],
+                        len(reader.starts) - len(recent))[0]))
             finally:
                 producer.stop.set()
                 producer.join(30)

@@ -102,11 +102,12 @@ def _latency(values: list[float]) -> dict[str, float | None]:
 
 
 def windows(samples: Sequence[dict[str, Any]], starts: Sequence[Start],
-            t0: float | None = None) -> list[dict[str, Any]]:
+            t0: float | None = None, earlier: int = 0) -> list[dict[str, Any]]:
     """One row per pair of consecutive samples: rates, latency and claim cost of that
     window, the gauges as the later sample saw them. `starts` must be sorted by time; the
     first sample is the baseline taken when the producer starts. Each row's `t` counts
-    from t0 (default: the first sample)."""
+    from t0 (default: the first sample). earlier: how many starts of the cell were left
+    out of `starts` before its first (the backlog counts them as started)."""
     times = [s for s, _ in starts]
     if t0 is None:
         t0 = samples[0]["at"] if samples else 0.0
@@ -120,7 +121,7 @@ def windows(samples: Sequence[dict[str, Any]], starts: Sequence[Start],
             "t": round(after["at"] - t0, 1),
             "offered_per_s": (after["produced"] - before["produced"]) / seconds,
             "dequeued_per_s": (hi - lo) / seconds,
-            "backlog": after["produced"] - hi,
+            "backlog": after["produced"] - earlier - hi,
             **_latency([lat for _, lat in starts[lo:hi]]),
             "claim": per_call(combine(claims)),
             "statements": {label: per_call(c) for label, c in claims.items()},

@@ -91,9 +91,11 @@ def test_windows_count_rates_backlog_latency_and_claim_cost() -> None:
     assert first["server_cpu"] == 0.5 and first["workers_cpu"] == 0.2
 
 
-def test_windows_count_from_a_given_start() -> None:
+def test_a_window_of_the_last_samples_counts_from_the_cell_start() -> None:
     samples = [sample(100.0, 0), sample(105.0, 5), sample(110.0, 10)]
-    assert [w["t"] for w in stats.windows(samples[1:], [], t0=100.0)] == [10.0]
+    starts = [(101.0, 1.0), (102.0, 1.0), (103.0, 1.0), (107.0, 1.0)]
+    (w,) = stats.windows(samples[1:], stats.starts_after(starts, 105.0), t0=100.0, earlier=3)
+    assert w["t"] == 10.0 and w["dequeued_per_s"] == 0.2 and w["backlog"] == 6
 
 
 def test_a_window_without_claims_or_starts_has_no_means() -> None:
