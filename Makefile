@@ -1,7 +1,7 @@
 # The two commands of the README: `make setup` installs everything, `make test` runs the tests.
 PYTHON ?= python3
 
-.PHONY: setup pgbouncer-service-off test lint quickstart bench lock
+.PHONY: setup pgbouncer-service-off etcd-service-off test lint quickstart bench lock
 
 setup:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
@@ -13,6 +13,9 @@ setup:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime)
 	@command -v chromium >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	@command -v patroni >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	   patroni etcd-server etcd-client && $(MAKE) --no-print-directory etcd-service-off)
 	$(PYTHON) -m pip install -q -e '.[dev,embedded,web]'
 
 # Debian's package enables (and, where services may start, starts) a system PgBouncer on
@@ -22,6 +25,13 @@ pgbouncer-service-off:
 	-@command -v systemctl >/dev/null && systemctl disable pgbouncer.service pgbouncer.socket
 	-@command -v update-rc.d >/dev/null && update-rc.d pgbouncer disable
 	-@command -v service >/dev/null && service pgbouncer stop
+
+# Debian's etcd-server enables (and, where services may start, starts) a system etcd on
+# port 2379. The high-availability tests run their own etcd and Patroni on free ports.
+etcd-service-off:
+	-@command -v systemctl >/dev/null && systemctl disable etcd.service
+	-@command -v update-rc.d >/dev/null && update-rc.d etcd disable
+	-@command -v service >/dev/null && service etcd stop
 
 test: lint
 	$(PYTHON) -m pytest -q -n 3

@@ -84,7 +84,7 @@ def explain_complete(db: Database) -> dict[str, Any]:
     from pgfleet.sql.store import q
 
     sql = (q("complete_succeeded").decode().replace("%(worker)s", "$1")
-           .replace("%(ids)s", "$2").replace("%(attempts)s", "$3")
+           .replace("%(ids)s", "$2").replace("%(fences)s", "$3")
            .replace("%(results)s", "NULL"))
     out: dict[str, Any] = {}
     with db.connect() as conn:

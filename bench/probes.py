@@ -164,7 +164,7 @@ def _loop(db: Database, n: int, batch: int, mode: str) -> float:
         start = time.perf_counter()
         while done < n:
             finish = {"worker": "probe", "ids": [h[0] for h in held],
-                      "attempts": [h[1] for h in held], "results": None}
+                      "fences": [h[1] for h in held], "results": None}
             if mode == "one_txn":
                 with conn.transaction():
                     if held:
@@ -174,7 +174,7 @@ def _loop(db: Database, n: int, batch: int, mode: str) -> float:
                 if held:
                     done += len(conn.execute(complete, finish).fetchall())
                 rows = conn.execute(claim, params).fetchall()
-            held = [(r[0], r[3]) for r in rows]
+            held = [(r[0], r[-1]) for r in rows]
         return done / (time.perf_counter() - start)
 
 
@@ -248,7 +248,7 @@ def complete_plans(db: Database, runs: int) -> None:
     variant that only the primary key can serve: best-of-`runs` execution time of a
     completion of 10/50/100/200 running jobs (EXPLAIN ANALYZE, rolled back)."""
     sql = (store.q("complete_succeeded").decode().replace("%(worker)s", "$1")
-           .replace("%(ids)s", "$2").replace("%(attempts)s", "$3")
+           .replace("%(ids)s", "$2").replace("%(fences)s", "$3")
            .replace("%(results)s", "'{}'"))
     db.reset()
     db.insert_jobs(100_000)
@@ -271,7 +271,7 @@ def complete_plans(db: Database, runs: int) -> None:
                             f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE c{n}('w',"
                             " %s::bigint[], %s)",
                             (ids[:batch], store.done_params([(i, 1) for i in ids[:batch]],
-                                                            None)["attempts"]))
+                                                            None)["fences"]))
                         (plan,) = cur.fetchone()[0]
                         conn.execute("ROLLBACK")
                     total = min(total, plan["Execution Time"])

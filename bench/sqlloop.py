@@ -28,7 +28,7 @@ def _loop(db: Database, n: int, batch: int, pipelined: bool) -> float:
                 with conn.pipeline():
                     c1 = conn.execute(complete, {"worker": worker,
                                                  "ids": [h[0] for h in held],
-                                                 "attempts": [h[1] for h in held],
+                                                 "fences": [h[1] for h in held],
                                                  "results": None})
                     c2 = conn.execute(claim, params)
                 done += len(c1.fetchall())
@@ -37,9 +37,9 @@ def _loop(db: Database, n: int, batch: int, pipelined: bool) -> float:
                 if held:
                     done += len(conn.execute(complete, {
                         "worker": worker, "ids": [h[0] for h in held],
-                        "attempts": [h[1] for h in held], "results": None}).fetchall())
+                        "fences": [h[1] for h in held], "results": None}).fetchall())
                 rows = conn.execute(claim, params).fetchall()
-            held = [(r[0], r[3]) for r in rows]
+            held = [(r[0], r[-1]) for r in rows]
         return done / (time.perf_counter() - start)
 
 

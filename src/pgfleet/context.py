@@ -34,6 +34,8 @@ class JobContext:
     attempt: int
     max_attempts: int
     worker: str
+    # This run's fence, drawn at random by its claim (token).
+    fence: int = 0
     control: JobControl = field(default_factory=JobControl, compare=False, repr=False)
 
     @property
@@ -60,17 +62,18 @@ class JobContext:
         self.control.reported += 1
 
     @property
-    def token(self) -> tuple[str, int]:
-        """The fencing token (holder, attempt): no two runs of a job share it, and the
-        job's row carries it exactly while this run holds the job."""
-        return (self.worker, self.attempt)
+    def token(self) -> int:
+        """The fencing token: 62 random bits drawn by this run's claim. No other run of
+        the job gets it, not even after a failover rewound the database, and the job's
+        row carries it exactly while this run holds the job."""
+        return self.fence
 
     def still_ours(self, conn: psycopg.Connection[Any]) -> bool:
         """One query: is the job still running under this token? The row stays locked
         until `conn`'s transaction ends, so an UPDATE in that same transaction is written
         only by the run that holds the job (docs/guarantees.md has an example). `conn`
         needs a role that may lock pgfleet.jobs rows (the worker's runtime role)."""
-        return store.still_ours(conn, id=self.id, worker=self.worker, attempt=self.attempt)
+        return store.still_ours(conn, id=self.id, worker=self.worker, fence=self.fence)
 
 
 _local = threading.local()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -57,7 +58,9 @@ OUTCOMES = {"succeeded", "failed", "timed_out", "crashed", "dead", "cancelled", 
 ALERT_NAMES = {
     "PgfleetBacklogTooOld", "PgfleetDeadJobsIncreasing", "PgfleetWorkerCrashed",
     "PgfleetQueueCrashLooping", "PgfleetHostDown", "PgfleetNoSupervisor",
-    "PgfleetDatabaseDown", "PgfleetScheduleMissed",
+    "PgfleetDatabaseDown", "PgfleetScheduleMissed", "PgfleetXminHorizonHeld",
+    "PgfleetXminHorizonHeldLong", "PgfleetXminHeldByReplication",
+    "PgfleetJobsDeadTuplesGrowing", "PgfleetDatabaseReadFailed",
 }  # fmt: skip
 
 # Series the traffic must move, so the panels show real values and not only zeros.
@@ -69,6 +72,7 @@ LIVE_VALUES = [
     'sum by (queue) (pgfleet_jobs_rescued_total{queue="crashy"}) > 0',
     'sum by (schedule) (pgfleet_schedule_runs_total{schedule="tick"}) > 0',
     'max by (queue) (pgfleet_queue_jobs{queue="held", state="queued"}) > 0',
+    "max(pgfleet_claim_index_bytes) > 0",
     'max by (queue) (pgfleet_queue_oldest_job_age_seconds{queue="held"}) > 0',
     'max by (queue) (pgfleet_flow_limit{queue="limited", limit="global_concurrency"}) > 0',
     'max_over_time(max by (queue) (pgfleet_flow_in_use{queue="limited",'
@@ -375,6 +379,50 @@ def test_an_unreachable_database_reads_0_and_fires_its_alert(tmp_path: Path) -> 
             wait_for(lambda: firing(prometheus, "PgfleetDatabaseDown"), timeout=60,
                      interval=0.5)
             assert prometheus.query("pgfleet_database_up == 0")
+    finally:
+        if f is not None:
+            f.stop()
+        cluster.destroy()
+
+
+def test_a_held_xmin_horizon_fires_its_alert_and_clears_when_the_holder_ends(
+        tmp_path: Path) -> None:
+    # Holding the horizon bloats every table of the server: a cluster of this test's own.
+    cluster = started_cluster()
+    f: Fleet | None = None
+    try:
+        name = cluster.create_database(cluster.make_template())
+        target = f"127.0.0.1:{free_port()}"
+        # The shipped rule with its 300 s cut to 3 s: the real expression, labels and
+        # annotations, without waiting five minutes (alerts_test.yml pins the 300 s).
+        rules = yaml.safe_load(ALERTS.read_text())
+        [rule] = [r for group in rules["groups"] for r in group["rules"]
+                  if r.get("alert") == "PgfleetXminHorizonHeld"]
+        assert rule["expr"].strip().endswith("> 300")
+        rule["expr"] = rule["expr"].strip()[:-len("300")] + "3"
+        short = tmp_path / "alerts-short-threshold.yml"
+        short.write_text(yaml.safe_dump(rules, sort_keys=False))
+        with PrometheusServer(tmp_path, [target], [short]) as prometheus:
+            f = Fleet(cluster.url(name), tmp_path, config_text(
+                {"default": {"processes": 1}}, metrics={"enabled": True, "listen": target}))
+            f.start()
+            f.wait_workers(1, "default", timeout=60)
+            wait_for(lambda: prometheus.query(
+                'pgfleet_xmin_horizon_age_seconds{holder="backend"}'), timeout=30)
+            assert not firing(prometheus, "PgfleetXminHorizonHeld")
+            report = psycopg.connect(cluster.dsn(name), application_name="report")
+            try:
+                report.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+                report.execute("SELECT count(*) FROM pgfleet.jobs")
+                wait_for(lambda: firing(prometheus, "PgfleetXminHorizonHeld"), timeout=60,
+                         interval=0.5)
+                assert [a["holder"] for a in firing(prometheus, "PgfleetXminHorizonHeld")] == [
+                    "backend"]
+            finally:
+                report.close()
+            wait_for(lambda: not firing(prometheus, "PgfleetXminHorizonHeld"), timeout=60,
+                     interval=0.5)
+            assert prometheus.query('pgfleet_xmin_horizon_age_seconds{holder="backend"} < 3')
     finally:
         if f is not None:
             f.stop()

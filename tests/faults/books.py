@@ -103,7 +103,10 @@ class Books:
                 f"fault), {self.duplicate_finishes} jobs finished more than once")
 
 
-def read(dsn: str) -> dict[int, Job]:
+def read(dsn: str, audit_dsn: str | None = None) -> dict[int, Job]:
+    """The jobs at `dsn` with their runs from the audit table at `audit_dsn` (by default
+    the same database: a scenario that keeps the tasks from reaching it keeps theirs on
+    another server)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT id, task, state::text, attempt, max_attempts, refunds,"
@@ -113,6 +116,7 @@ def read(dsn: str) -> dict[int, Job]:
         ).fetchall()
         jobs = {r[0]: Job(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6]), list(r[7]))
                 for r in rows}
+    with psycopg.connect(audit_dsn or dsn, autocommit=True) as conn:
         audit = conn.execute(
             "SELECT job_id, attempt, pid, min(at), max(at), bool_or(event = 'finished')"
             " FROM audit GROUP BY job_id, attempt, pid ORDER BY job_id, min(at)"
@@ -124,13 +128,14 @@ def read(dsn: str) -> dict[int, Job]:
 
 
 def check(dsn: str, ids: Iterable[int] | None = None, *, waiting_ok: bool = False,
-          presumed_dead_pids: Iterable[int] = (), retried: Iterable[int] = ()) -> Books:
+          presumed_dead_pids: Iterable[int] = (), retried: Iterable[int] = (),
+          audit_dsn: str | None = None) -> Books:
     """Balance the books of the database at `dsn`; raise AssertionError listing every
     problem (the first 20), else return the books for figures. Jobs in `retried` were
     requeued by an operator (attempts start again at 1), so their runs are not matched
     by attempt (rules 5 to 7)."""
     manual = set(retried)
-    jobs = read(dsn)
+    jobs = read(dsn, audit_dsn)
     frozen = set(presumed_dead_pids)
     problems: list[str] = []
     if ids is not None:

@@ -22,25 +22,25 @@ Conn = psycopg.Connection[Any]
 
 @dataclass(frozen=True)
 class Path:
-    fail: Callable[[Conn, int, int], None]  # (conn, job id, attempt)
+    fail: Callable[[Conn, int, int], None]  # (conn, job id, fence)
     last_error: str
     logged_error: str  # the text kept in the errors history
     retry_in: float  # seconds after now() a retried job is due
 
 
 def by_worker(final: bool) -> Path:
-    def fail(conn: Conn, job_id: int, attempt: int) -> None:
-        failure = store.Failure(id=job_id, attempt=attempt, error="boom", delay=7.5, final=final)
+    def fail(conn: Conn, job_id: int, fence: int) -> None:
+        failure = store.Failure(id=job_id, fence=fence, error="boom", delay=7.5, final=final)
         assert store.complete_failed(conn, worker=WORKER, failures=[failure]) != {}
     return Path(fail, "boom", "boom", 7.5)
 
 
-def by_supervisor(conn: Conn, job_id: int, attempt: int) -> None:
+def by_supervisor(conn: Conn, job_id: int, fence: int) -> None:
     assert rescue_store.rescue_holder(conn, worker=WORKER, error="worker died: SIGSEGV",
                                       delays={job_id: 7.5}, shared=False) != []
 
 
-def by_lease_expiry(conn: Conn, job_id: int, attempt: int) -> None:
+def by_lease_expiry(conn: Conn, job_id: int, fence: int) -> None:
     # What maintenance does once its lease watch saw the lease unrenewed for a lease.
     assert rescue_all(conn) != []
 
@@ -54,7 +54,7 @@ PATHS = {
 
 
 def running_job(conn: Conn, max_attempts: int) -> tuple[int, int, datetime]:
-    """A job claimed by WORKER with one earlier error in its history: (id, attempt, the
+    """A job claimed by WORKER with one earlier error in its history: (id, fence, the
     run_at it was claimed at)."""
     job_id = pgfleet.enqueue(conn, "noop", max_attempts=max_attempts)
     conn.execute("UPDATE pgfleet.jobs SET errors = '[{\"earlier\": true}]' WHERE id = %s",
@@ -63,15 +63,15 @@ def running_job(conn: Conn, max_attempts: int) -> tuple[int, int, datetime]:
                           (job_id,)).fetchone()
     [job] = store.claim(conn, queue="default", limit=1, worker=WORKER, lease=30)
     assert job.id == job_id and run_at is not None
-    return job_id, job.attempt, run_at[0]
+    return job_id, job.fence, run_at[0]
 
 
-def fail_in_one_transaction(conn: Conn, path: Path, job_id: int, attempt: int
+def fail_in_one_transaction(conn: Conn, path: Path, job_id: int, fence: int
                             ) -> tuple[dict[str, Any], datetime, str]:
     """Fail the attempt; the job's row, and now() and its JSON text as the failure saw
     them (one transaction: one now())."""
     with conn.transaction():
-        path.fail(conn, job_id, attempt)
+        path.fail(conn, job_id, fence)
         now = conn.execute("SELECT now(), to_jsonb(now())").fetchone()
     row = store.get_job(conn, job_id)
     assert row is not None and now is not None
@@ -82,8 +82,8 @@ def fail_in_one_transaction(conn: Conn, path: Path, job_id: int, attempt: int
 @pytest.mark.parametrize("name", PATHS)
 def test_a_failed_attempt(conn: Conn, name: str, attempts_left: bool) -> None:
     path = PATHS[name]
-    job_id, attempt, run_at = running_job(conn, max_attempts=2 if attempts_left else 1)
-    row, now, now_json = fail_in_one_transaction(conn, path, job_id, attempt)
+    job_id, fence, run_at = running_job(conn, max_attempts=2 if attempts_left else 1)
+    row, now, now_json = fail_in_one_transaction(conn, path, job_id, fence)
     if attempts_left:  # due again after the path's delay
         expected = ("queued", now + timedelta(seconds=path.retry_in), None)
     else:  # run_at kept: when the last attempt was due
@@ -96,24 +96,24 @@ def test_a_failed_attempt(conn: Conn, name: str, attempts_left: bool) -> None:
 
 
 def test_a_final_error_is_dead_with_attempts_left(conn: Conn) -> None:
-    job_id, attempt, run_at = running_job(conn, max_attempts=5)
-    row, now, _ = fail_in_one_transaction(conn, by_worker(final=True), job_id, attempt)
+    job_id, fence, run_at = running_job(conn, max_attempts=5)
+    row, now, _ = fail_in_one_transaction(conn, by_worker(final=True), job_id, fence)
     assert (row["state"], row["finished_at"], row["run_at"]) == ("dead", now, run_at)
 
 
 def test_a_failure_of_an_attempt_taken_over_changes_nothing(conn: Conn) -> None:
-    job_id, attempt, _ = running_job(conn, max_attempts=3)
+    job_id, fence, _ = running_job(conn, max_attempts=3)
     before = store.get_job(conn, job_id)
-    failure = store.Failure(id=job_id, attempt=attempt + 1, error="late", delay=0, final=False)
+    failure = store.Failure(id=job_id, fence=fence + 1, error="late", delay=0, final=False)
     assert store.complete_failed(conn, worker=WORKER, failures=[failure]) == {}
     assert store.complete_failed(conn, worker="another", failures=[
-        store.Failure(id=job_id, attempt=attempt, error="late", delay=0, final=False)]) == {}
+        store.Failure(id=job_id, fence=fence, error="late", delay=0, final=False)]) == {}
     assert store.get_job(conn, job_id) == before
 
 
 def test_a_worker_that_gave_up_its_leases_is_refunded_three_times_then_charged(
         conn: Conn) -> None:
-    """rescue_gave_up: no crash counted, no solo, the attempt number kept (the fence) and
+    """rescue_gave_up: no crash counted, no solo, the attempt number kept and
     the attempt refunded like a stopping worker's give-back, at most MAX_REFUNDS times, so
     a job that itself takes the database down each time still ends dead."""
     job_id = pgfleet.enqueue(conn, "noop", max_attempts=1)

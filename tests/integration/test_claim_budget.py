@@ -69,7 +69,7 @@ def test_the_fused_completion_and_claim_keeps_the_budget(conn: psycopg.Connectio
     ids = pgfleet.enqueue_many(conn, [{"task": "t", "args": {"blob": "x" * SIZE}}] * 10)
     first = claim(conn, limit=1)
     done, jobs = store.complete_and_claim(
-        conn, queue="default", done=[(first[0].id, first[0].attempt)], limit=100,
+        conn, queue="default", done=[(first[0].id, first[0].fence)], limit=100,
         worker="w", lease=60.0, held=0, held_solo=False, max_bytes=BUDGET)
     assert done == {first[0].id}
     assert [job.id for job in jobs] == ids[1:7] and jobs[0].more

@@ -133,7 +133,7 @@ def test_a_claim_past_its_last_key_skips_the_dead_entries_of_claimed_jobs(dsn: s
                                held=0, held_solo=False, after=last)
             assert len(jobs) == 1000
             last = max((j.priority, j.run_at, j.id) for j in jobs)
-            store.complete_succeeded(conn, worker="w", done=[(j.id, j.attempt) for j in jobs])
+            store.complete_succeeded(conn, worker="w", done=[(j.id, j.fence) for j in jobs])
         assert last is not None
         plan = explain(conn, "claim", limit=100, after_priority=last[0],
                        after_run_at=last[1], after_id=last[2])
@@ -243,7 +243,7 @@ def test_claims_across_priorities_come_in_claim_order_and_take_no_future_job(
                 break
             batch = sorted((j.priority, j.run_at, j.id) for j in jobs)
             got.extend(batch)
-            done = [(j.id, j.attempt) for j in jobs]
+            done = [(j.id, j.fence) for j in jobs]
             # From the head every third claim, as the worker does after a short claim.
             last = None if turn % 3 == 0 else batch[-1]
         assert got == expected
@@ -381,7 +381,7 @@ def test_a_limited_claim_reads_the_claimed_jobs_by_key_not_the_whole_table(dsn: 
 
 
 def completion_params(jobs: list[store.ClaimedJob]) -> dict[str, Any]:
-    return {"worker": "w", **store.done_params([(j.id, j.attempt) for j in jobs], None),
+    return {"worker": "w", **store.done_params([(j.id, j.fence) for j in jobs], None),
             "queue": "default", "limit": 200, "lease": 60.0, "args_limit": 1024 * 1024,
             "held": 0, "held_solo": False, "after_priority": None, "after_run_at": None,
             "after_id": None, "max_bytes": claim_bytes(8)}

@@ -30,9 +30,15 @@ def claim(conn: psycopg.Connection[Any], worker: str, limits: FlowLimits,
 
 
 def finish(conn: psycopg.Connection[Any], worker: str, ids: list[int]) -> None:
-    attempts = {r[0]: r[1] for r in conn.execute(
-        "SELECT id, attempt FROM pgfleet.jobs WHERE id = ANY(%s)", (ids,)).fetchall()}
-    store.complete_succeeded(conn, worker=worker, done=[(i, attempts[i]) for i in ids])
+    fences = {r[0]: r[1] for r in conn.execute(
+        "SELECT id, fence FROM pgfleet.jobs WHERE id = ANY(%s)", (ids,)).fetchall()}
+    store.complete_succeeded(conn, worker=worker, done=[(i, fences[i]) for i in ids])
+
+
+def fence_of(conn: psycopg.Connection[Any], job_id: int) -> int:
+    row = conn.execute("SELECT fence FROM pgfleet.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def enqueue(dsn: str, count: int, key: Callable[[int], str | None] = lambda _: None
@@ -187,7 +193,7 @@ def test_a_retry_is_a_start_of_the_rate(conn: Any, dsn: str) -> None:
     limits = FlowLimits(rate=Rate(2, 60.0))
     assert claim(conn, "w1", limits) == [job]
     store.complete_failed(conn, worker="w1", failures=[
-        store.Failure(id=job, attempt=1, error="boom", delay=0.0, final=False)])
+        store.Failure(id=job, fence=fence_of(conn, job), error="boom", delay=0.0, final=False)])
     assert claim(conn, "w1", limits) == [job]  # the retry: the second start of the window
     enqueue(dsn, 1)
     assert claim(conn, "w1", limits) == []
@@ -239,7 +245,8 @@ def test_a_job_waiting_for_its_retry_does_not_hold_its_key(conn: Any, dsn: str) 
     first, second = enqueue(dsn, 2, key=lambda _: "k")
     assert claim(conn, "w1", FlowLimits()) == [first]
     store.complete_failed(conn, worker="w1", failures=[
-        store.Failure(id=first, attempt=1, error="boom", delay=60.0, final=False)])
+        store.Failure(id=first, fence=fence_of(conn, first), error="boom", delay=60.0,
+                      final=False)])
     assert claim(conn, "w1", FlowLimits()) == [second]
 
 

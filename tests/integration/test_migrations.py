@@ -89,7 +89,7 @@ def test_a_worker_role_of_an_older_install_may_claim_after_the_upgrade(empty_dsn
             [first] = store.claim(worker, queue="default", limit=1, worker="w", lease=60,
                                   held=0, held_solo=False)
             done, [second] = store.complete_and_claim(
-                worker, queue="default", done=[(first.id, first.attempt)], limit=5,
+                worker, queue="default", done=[(first.id, first.fence)], limit=5,
                 worker="w", lease=60, held=0, held_solo=False)
             assert done == {first.id} and {first.task, second.task} == {"a", "b"}
     finally:

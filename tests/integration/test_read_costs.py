@@ -1,6 +1,6 @@
 """The fleet's reads (`pgfleet status`, the web overview, the exporter) cost the same with
 a long job history or a large backlog: they read partial-index entries of the queues they
-describe, never the whole jobs table."""
+describe, never the whole jobs table; the xmin horizon and claim cost reads read none."""
 
 from __future__ import annotations
 
@@ -55,6 +55,13 @@ def test_flow_usage_does_not_read_the_job_history(conn: psycopg.Connection[Any])
     buffers, nodes = plan(conn, "flow_usage")
     assert "Seq Scan jobs" not in nodes
     assert buffers < FEW_BUFFERS, json.dumps(nodes)
+    # The horizon's holders and the claim's costs read the server's views and statistics,
+    # never a job row: a million finished jobs cost them nothing.
+    for name in ("xmin_holders", "claim_costs"):
+        buffers, nodes = plan(conn, name)
+        assert not [node for node in nodes if node.endswith(" jobs")], (name, nodes)
+        assert buffers < FEW_BUFFERS, (name, buffers, nodes)
+    assert fleet_store.claim_costs(conn).claim_index_bytes > 0
     usage = {u.queue: u for u in fleet_store.flow_usage(conn)}
     assert sorted(usage) == ["capped", "keyed", "rated"]
     assert [usage[q].due for q in sorted(usage)] == [10, 10, 10]

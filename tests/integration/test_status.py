@@ -96,7 +96,11 @@ def test_gather_counts_every_state_and_groups_processes_by_host(
 
 
 def test_gather_on_an_empty_database(conn: psycopg.Connection[Any]) -> None:
-    assert gather(conn) == {"queues": [], "limits": [], "hosts": [], "progress": []}
+    data = gather(conn)
+    # The shared server's other sessions may hold the horizon (tests/faults hold it).
+    horizon = data.pop("xmin_horizon")
+    assert horizon["error"] is None and isinstance(horizon["held"], list)
+    assert data == {"queues": [], "limits": [], "hosts": [], "progress": []}
     text = render(gather(conn))
     assert "no queues" in text
     assert "no pgfleet processes" in text

@@ -53,5 +53,5 @@ def test_complete_succeeded_clears_last_error(dsn: str) -> None:
         job_id = crashed_once(conn)
         conn.execute("UPDATE pgfleet.jobs SET attempt = 0 WHERE id = %s", (job_id,))
         [job] = store.claim(conn, queue="default", limit=1, worker=WORKER, lease=30)
-        assert store.complete_succeeded(conn, worker=WORKER, done=[(job.id, job.attempt)])
+        assert store.complete_succeeded(conn, worker=WORKER, done=[(job.id, job.fence)])
     assert error_and_history(dsn, job_id) == ("succeeded", None, 1)

@@ -259,9 +259,10 @@ def test_a_cancelled_running_job_ends_cancelled_however_its_attempt_ends(
     assert pgfleet.cancel_many(conn, ids=ids) == {i: "cancelling" for i in ids}
     rescue_store.rescue_holder(conn, worker="w1", error="worker died: SIGKILL",
                                delays={ids[0]: 0}, shared=False)
-    store.give_back(conn, worker="w1", ids=[ids[1]])
+    fences = {job.id: job.fence for job in claimed}
+    store.give_back(conn, worker="w1", fences={ids[1]: fences[ids[1]]})
     store.complete_failed(conn, worker="w1", failures=[store.Failure(
-        id=ids[2], attempt=1, error="boom", delay=0, final=False)])
+        id=ids[2], fence=fences[ids[2]], error="boom", delay=0, final=False)])
     for job_id in ids:
         row = store.get_job(conn, job_id)
         assert row is not None and row["state"] == "cancelled" and row["finished_at"]

@@ -157,14 +157,14 @@ def test_fenced_completion_touches_no_row(conn: psycopg.Connection[Any], dsn: st
     job_id = pgfleet.enqueue(dsn, "noop")
     [job] = store.claim(conn, queue="default", limit=5, worker="a", lease=60)
     assert job.id == job_id and job.attempt == 1
-    assert store.complete_succeeded(conn, worker="b", done=[(job_id, 1)]) == set()
-    assert store.complete_succeeded(conn, worker="a", done=[(job_id, 2)]) == set()
-    assert store.complete_succeeded(conn, worker="a", done=[(job_id, 1)]) == {job_id}
+    assert store.complete_succeeded(conn, worker="b", done=[(job_id, job.fence)]) == set()
+    assert store.complete_succeeded(conn, worker="a", done=[(job_id, job.fence ^ 1)]) == set()
+    assert store.complete_succeeded(conn, worker="a", done=[(job_id, job.fence)]) == {job_id}
 
 
 def test_fused_completion_is_fenced_and_stores_results(conn: psycopg.Connection[Any],
                                                        dsn: str) -> None:
-    """complete_and_claim: only the rows still held at their attempt are completed (and
+    """complete_and_claim: only the rows still held under their fence are completed (and
     reported), each with its own result, and the claim rides along."""
     ids = pgfleet.enqueue_many(dsn, [{"task": "noop"}] * 5)
     jobs = store.claim(conn, queue="default", limit=3, worker="a", lease=60, held=0,
@@ -173,7 +173,8 @@ def test_fused_completion_is_fenced_and_stores_results(conn: psycopg.Connection[
     conn.execute("UPDATE pgfleet.jobs SET lease_holder = 'b' WHERE id = %s", (second.id,))
     done, claimed = store.complete_and_claim(
         conn, queue="default", limit=5, worker="a", lease=60, held=0, held_solo=False,
-        done=[(first.id, 1), (second.id, 1), (third.id, 2)], results=['{"n": 1}', "[2]", None])
+        done=[(first.id, first.fence), (second.id, second.fence), (third.id, third.fence ^ 1)],
+        results=['{"n": 1}', "[2]", None])
     assert done == {first.id}
     assert sorted(j.id for j in claimed) == sorted(set(ids) - {j.id for j in jobs})
     rows = dict(conn.execute("SELECT id, result FROM pgfleet.jobs WHERE state = 'succeeded'"
@@ -181,7 +182,7 @@ def test_fused_completion_is_fenced_and_stores_results(conn: psycopg.Connection[
     assert rows == {first.id: {"n": 1}}
     done, again = store.complete_and_claim(
         conn, queue="default", limit=5, worker="a", lease=60, held=0, held_solo=False,
-        done=[(third.id, 1), *((j.id, j.attempt) for j in claimed)],
+        done=[(third.id, third.fence), *((j.id, j.fence) for j in claimed)],
         results=["[3]", *([None] * len(claimed))])
     assert done == {third.id, *(j.id for j in claimed)} and again == []
     assert conn.execute("SELECT result FROM pgfleet.jobs WHERE id = %s",

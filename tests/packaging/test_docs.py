@@ -111,7 +111,8 @@ def test_the_runtime_roles_grants_in_security_md_are_what_pgfleet_grants_prints(
     out = subprocess.run([sys.executable, "-m", "pgfleet", "grants", "--runtime", "r"],
                          capture_output=True, text=True, check=True,
                          env={**os.environ, "PGFLEET_DATABASE_URL": dsn}).stdout
-    granted = set(re.findall(r"^GRANT [^\n]* ON (?:FUNCTION )?(pgfleet\.\w+)", out, re.M))
+    granted = set(re.findall(r"^GRANT [^\n]* ON (?:FUNCTION |SEQUENCE )?(pgfleet\.\w+)", out,
+                             re.M))
     page = (DOCS / "security.md").read_text()
     bullet = page[page.index("- **Runtime role**"):page.index("- **Producer**")]
     listed = set(re.findall(r"`(pgfleet\.\w+)`", bullet))

@@ -1,4 +1,5 @@
-"""`make setup` leaves no system PgBouncer enabled or running (the tests start their own)."""
+"""`make setup` leaves no system PgBouncer or etcd enabled or running (the tests start their
+own)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,27 @@ def test_setup_turns_off_the_pgbouncer_it_has_just_installed() -> None:
     install = re.search(r"apt-get install -y -qq pgbouncer && \\\n\s*(.*)\)", recipe)
     assert install is not None, recipe
     assert install[1] == "$(MAKE) --no-print-directory pgbouncer-service-off"
+
+
+def test_etcd_service_off_disables_and_stops_the_service(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    for tool in TOOLS:
+        stand_in = tmp_path / tool
+        stand_in.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n')
+        stand_in.chmod(0o755)
+    proc = subprocess.run(["make", "-s", "-C", str(ROOT), "etcd-service-off"],
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert calls.read_text().splitlines() == [
+        "systemctl disable etcd.service",
+        "update-rc.d etcd disable",
+        "service etcd stop",
+    ]
+
+
+def test_setup_turns_off_the_etcd_it_has_just_installed() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\nsetup:\n", 1)[1].split("\n\n", 1)[0]
+    install = re.search(r"patroni etcd-server etcd-client && (.*)\)", recipe)
+    assert install is not None, recipe
+    assert install[1] == "$(MAKE) --no-print-directory etcd-service-off"

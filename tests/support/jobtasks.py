@@ -30,8 +30,8 @@ def audit(event: str) -> None:
     job = pgfleet.current_job()
     assert job is not None
     _audit_conn().execute(
-        "INSERT INTO audit (job_id, attempt, pid, event) VALUES (%s, %s, %s, %s)",
-        (job.id, job.attempt, os.getpid(), event),
+        "INSERT INTO audit (job_id, attempt, pid, event, token) VALUES (%s, %s, %s, %s, %s)",
+        (job.id, job.attempt, os.getpid(), event, job.token),
     )
 
 

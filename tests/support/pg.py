@@ -45,7 +45,7 @@ def drop_database(name: str) -> None:
 AUDIT_TABLE = """
 CREATE TABLE IF NOT EXISTS audit (
     job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL, event text NOT NULL,
-    at timestamptz NOT NULL DEFAULT clock_timestamp())
+    at timestamptz NOT NULL DEFAULT clock_timestamp(), token bigint)
 """
 
 

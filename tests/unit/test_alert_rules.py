@@ -29,6 +29,11 @@ EXPECTED_ALERTS = {
     "PgfleetNoSupervisor",
     "PgfleetDatabaseDown",
     "PgfleetScheduleMissed",
+    "PgfleetXminHorizonHeld",
+    "PgfleetXminHorizonHeldLong",
+    "PgfleetXminHeldByReplication",
+    "PgfleetJobsDeadTuplesGrowing",
+    "PgfleetDatabaseReadFailed",
 }
 
 # Exported identically by every host (read from the database): aggregate with max.
@@ -39,6 +44,10 @@ DATABASE_GAUGES = (
     "pgfleet_schedule_next_run_timestamp_seconds",
     "pgfleet_schedule_last_run_timestamp_seconds",
     "pgfleet_process_heartbeat_age_seconds",
+    "pgfleet_xmin_horizon_age_seconds",
+    "pgfleet_xmin_horizon_age_xids",
+    "pgfleet_jobs_dead_tuples",
+    "pgfleet_claim_index_bytes",
 )
 
 KNOWN_METRICS = metric_names.KNOWN_METRICS

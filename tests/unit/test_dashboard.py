@@ -34,6 +34,10 @@ DATABASE_GAUGES = {
     "pgfleet_flow_limit",
     "pgfleet_flow_in_use",
     "pgfleet_flow_held_jobs",
+    "pgfleet_xmin_horizon_age_seconds",
+    "pgfleet_xmin_horizon_age_xids",
+    "pgfleet_jobs_dead_tuples",
+    "pgfleet_claim_index_bytes",
 }
 
 # Metrics without a queue label; all others must honour the $queue variable.
@@ -46,6 +50,10 @@ QUEUELESS_METRICS = {
     "pgfleet_database_up",
     "pgfleet_database_read_failed",
     "pgfleet_process_heartbeat_age_seconds",
+    "pgfleet_xmin_horizon_age_seconds",
+    "pgfleet_xmin_horizon_age_xids",
+    "pgfleet_jobs_dead_tuples",
+    "pgfleet_claim_index_bytes",
 }
 
 AGGREGATIONS = {
@@ -237,6 +245,11 @@ def test_required_panels_present(dashboard: dict[str, Any]) -> None:
         'max by (queue) (pgfleet_flow_limit{queue=~"$queue", limit="rate_limit"})',
         'max by (queue) (pgfleet_flow_in_use{queue=~"$queue", limit="key_concurrency"})',
         'max by (queue, limit) (pgfleet_flow_held_jobs{queue=~"$queue"})',
+        # vacuum: who holds the xmin horizon, for how long, and what it costs the claim
+        "max by (holder) (pgfleet_xmin_horizon_age_seconds)",
+        "max by (holder) (pgfleet_xmin_horizon_age_xids)",
+        "max(pgfleet_jobs_dead_tuples)",
+        "max(pgfleet_claim_index_bytes)",
     ):
         assert needle in exprs, needle
     for quantile in ("0.5", "0.95", "0.99"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pgfleet.maintenance.lease_watch import LeaseWatch
 from pgfleet.sql.rows import Lease
 
-A = Lease(id=1, holder="host-a:1:aa", attempt=1, beats=5)
+A = Lease(id=1, holder="host-a:1:aa", fence=1, beats=5)
 
 
 def test_a_lease_is_stale_only_after_a_whole_lease_unchanged() -> None:
@@ -19,7 +19,7 @@ def test_a_lease_is_stale_only_after_a_whole_lease_unchanged() -> None:
 def test_a_renewal_starts_the_watch_again() -> None:
     watch = LeaseWatch(stale_after=30.0)
     watch.stale([A], now=100.0)
-    renewed = Lease(id=1, holder=A.holder, attempt=1, beats=6)
+    renewed = Lease(id=1, holder=A.holder, fence=1, beats=6)
     assert watch.stale([renewed], now=129.0) == []
     assert watch.stale([renewed], now=158.9) == []
     assert watch.stale([renewed], now=159.0) == [renewed]
@@ -28,7 +28,7 @@ def test_a_renewal_starts_the_watch_again() -> None:
 def test_a_new_claim_or_holder_starts_the_watch_again() -> None:
     watch = LeaseWatch(stale_after=30.0)
     watch.stale([A], now=100.0)
-    again = Lease(id=1, holder="host-b:2:bb", attempt=2, beats=0)
+    again = Lease(id=1, holder="host-b:2:bb", fence=2, beats=0)
     assert watch.stale([again], now=140.0) == []
     assert watch.stale([again], now=170.0) == [again]
 

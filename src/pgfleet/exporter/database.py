@@ -55,7 +55,8 @@ class QueueLabels:
 
 
 # Each read of a scrape, by the name its failure is reported under.
-READS = ("queue_counts", "oldest_waiting", "paused_queues", "heartbeat_ages", "flow_usage")
+READS = ("queue_counts", "oldest_waiting", "paused_queues", "heartbeat_ages", "flow_usage",
+         "xmin_horizon", "claim_costs")
 
 
 def _read(conn: psycopg.Connection[Any], failed: dict[str, str], name: str,
@@ -93,6 +94,10 @@ def read_families(conn: psycopg.Connection[Any], known: Iterable[str],
             conn, failed, "heartbeat_ages", fleet_store.heartbeat_ages, [])
         flows: list[store.FlowUsage] = _read(
             conn, failed, "flow_usage", fleet_store.flow_usage, [])
+        holders: list[store.XminHolder] = _read(
+            conn, failed, "xmin_horizon", fleet_store.xmin_holders, [])
+        costs: store.ClaimCosts | None = _read(
+            conn, failed, "claim_costs", fleet_store.claim_costs, None)
     label = QueueLabels(known, [c[0] for c in counts] + [*oldest, *paused]
                         + [f.queue for f in flows])
     jobs: dict[tuple[str, str], int] = {}
@@ -120,7 +125,8 @@ def read_families(conn: psycopg.Connection[Any], known: Iterable[str],
     # A failed read's gauges are absent, not shown at 0 (an empty queue) or stale.
     read: dict[str, list[Metric]] = {"queue_counts": [queue_jobs], "oldest_waiting": [oldest_age],
             "paused_queues": [queue_paused], "heartbeat_ages": [heartbeat],
-            "flow_usage": _flow_families(flows, label)}
+            "flow_usage": _flow_families(flows, label),
+            "xmin_horizon": _xmin_families(holders), "claim_costs": _cost_families(costs)}
     return [up, read_failed, *(family for name in READS if name not in failed
                                for family in read[name])]
 
@@ -144,6 +150,28 @@ def _flow_families(flows: list[store.FlowUsage], label: QueueLabels) -> list[Met
             in_use.add_metric([queue, name], used)
             held.add_metric([queue, name], waiting)
     return [limit, in_use, held]
+
+
+def _xmin_families(holders: list[store.XminHolder]) -> list[Metric]:
+    """Each holder kind's oldest xmin, 0 for a kind that holds none, so an alert or a
+    panel sees the horizon released rather than a gap."""
+    seconds, xids = _family(metrics.xmin_horizon_age), _family(metrics.xmin_horizon_xids)
+    by_kind = {h.holder: h for h in holders}
+    for kind in metrics.XMIN_HOLDERS:
+        found = by_kind.get(kind)
+        if kind in metrics.XMIN_TIMED_HOLDERS:
+            oldest = found.oldest_seconds if found else None
+            seconds.add_metric([kind], max(oldest or 0.0, 0.0))
+        xids.add_metric([kind], max(found.xids, 0) if found else 0)
+    return [seconds, xids]
+
+
+def _cost_families(costs: store.ClaimCosts | None) -> list[Metric]:
+    dead, index = _family(metrics.jobs_dead_tuples), _family(metrics.claim_index_bytes)
+    if costs is not None:
+        dead.add_metric([], costs.dead_tuples)
+        index.add_metric([], costs.claim_index_bytes)
+    return [dead, index]
 
 
 class DatabaseCollector:

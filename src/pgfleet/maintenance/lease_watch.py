@@ -2,7 +2,7 @@
 
 A lease's expiry time is the server's clock plus the lease length; comparing it with the
 server's now() would rescue live jobs when that clock jumps forward. The watch instead
-remembers, per running job, its (holder, attempt, beats) and when this process first saw
+remembers, per running job, its (holder, fence, beats) and when this process first saw
 that exact value on its own monotonic clock. Every renewal advances `beats`, so a value
 unchanged for a whole lease proves the holder renewed nothing for a lease: its own
 watchdog ended its jobs before that (at 90 % of the lease, counted from when it sent its

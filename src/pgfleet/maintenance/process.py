@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import time
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -50,6 +51,8 @@ class Maintenance(DatabaseChild):
         self.failed_queues = failed_queues
         self.reported_failures = UNREAD  # the sequence of the failed queues last recorded
         self.lease_watch = LeaseWatch(config.supervisor.lease)
+        # When the claims resume after a database change, as last read; None: not held.
+        self.claims_resume_at: datetime | None = None
 
     def run(self) -> int:
         metrics.zero_maintenance_counters(list(self.config.queues))
@@ -134,7 +137,8 @@ class Maintenance(DatabaseChild):
                 log.info("queue %r flow control published: %s", name, flow.describe(found))
 
     def pass_once(self) -> None:
-        """One maintenance pass: rescue, heartbeat, rescue expired leases, prune, measure."""
+        """One maintenance pass: rescue, heartbeat, move the claims' heads, rescue expired
+        leases, prune, measure."""
         conn = self.connection()
         self._rescue_requested()
         now = time.monotonic()
@@ -143,11 +147,31 @@ class Maintenance(DatabaseChild):
             self.next_heartbeat = now + self.config.supervisor.heartbeat_interval
             self.reported_failures = UNREAD  # the row may have been made again: rewrite
         self._report_failures(conn)
+        self._check_epoch(conn)
+        fleet_store.move_heads(conn)
         self._rescue_stale(conn)
         if now >= self.next_prune:
             self._prune(conn)
             self.next_prune = now + PRUNE_EVERY
         self._measure(conn)
+
+    def _check_epoch(self, conn: psycopg.Connection[Any]) -> None:
+        """Notice a database that changed under the fleet (the claims notice it too, and
+        hold themselves back); say so once when the hold starts and once when it ends."""
+        resume = fleet_store.epoch_check(conn, lease=self.config.supervisor.lease)
+        left = 0.0
+        if resume is not None:
+            left = max(0.0, (resume - fleet_store.db_now(conn)).total_seconds())
+            if resume != self.claims_resume_at:
+                log.warning("the database changed under the fleet (a failover to a replica or"
+                            " a restore: its WAL timeline or system identifier is new); no"
+                            " job starts for %.0fs, until every lease granted before has"
+                            " expired, so no run the old database knew of overlaps another",
+                            left)
+        elif self.claims_resume_at is not None:
+            log.info("claims resumed after the database change")
+        self.claims_resume_at = resume
+        metrics.claims_held.set(left)
 
     def _rescue_stale(self, conn: psycopg.Connection[Any]) -> None:
         """Rescue the jobs whose lease nobody renewed for a whole lease, as timed by this

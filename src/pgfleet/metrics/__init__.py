@@ -3,8 +3,8 @@
 In a supervised run PROMETHEUS_MULTIPROC_DIR is set by the supervisor before any child
 imports this module, so prometheus-client writes each process's values to that directory
 and the exporter aggregates them. Labels stay bounded: queue, task (registered names only),
-outcome, reason, schedule, and host and kind of the registered processes. Never a job id,
-pid, args or error text.
+outcome, reason, schedule, host and kind of the registered processes, and the four kinds of
+xmin horizon holder. Never a job id, pid, args or error text.
 """
 
 from __future__ import annotations
@@ -66,6 +66,12 @@ claim_lock_timeouts = Counter(
     "pgfleet_claim_lock_timeouts",
     "Claims that gave up waiting for their queue's flow-control lock, held by a session"
     " that stopped talking.", ["queue"],
+)
+claims_held = Gauge(
+    "pgfleet_claims_held_seconds",
+    "Seconds until claims resume after the database changed under the fleet (a failover"
+    " or a restore: a new WAL timeline or system identifier); 0 when they are not held.",
+    multiprocess_mode="livemax",
 )
 jobs_rescued = Counter(
     "pgfleet_jobs_rescued", "Jobs given back from a dead worker or an expired lease.", ["queue"]
@@ -155,9 +161,36 @@ flow_held_jobs = DatabaseGauge(
     ("queue", "limit"),
 )
 
+# The xmin horizon (docs/monitoring.md): while an old snapshot or transaction holds it,
+# VACUUM keeps every row the fleet deleted or updated since, and each claim steps over
+# them. One series per holder kind, 0 while none holds it: seconds for the kinds that have
+# a start time, xids for every kind (a slot or a standby has no time).
+XMIN_HOLDERS = ("backend", "prepared", "slot", "standby")
+XMIN_TIMED_HOLDERS = ("backend", "prepared")
+xmin_horizon_age = DatabaseGauge(
+    "pgfleet_xmin_horizon_age_seconds",
+    "How long the oldest transaction of each holder kind (backend, prepared) that holds"
+    " back the xmin horizon of pgfleet's tables has been open; 0 when none.",
+    ("holder",),
+)
+xmin_horizon_xids = DatabaseGauge(
+    "pgfleet_xmin_horizon_age_xids",
+    "Age in transaction ids of the oldest xmin each holder kind (backend, prepared, slot,"
+    " standby) holds back for pgfleet's tables; 0 when none.",
+    ("holder",),
+)
+jobs_dead_tuples = DatabaseGauge(
+    "pgfleet_jobs_dead_tuples",
+    "Dead rows of pgfleet.jobs not yet removed by VACUUM (pg_stat_user_tables.n_dead_tup).",
+)
+claim_index_bytes = DatabaseGauge(
+    "pgfleet_claim_index_bytes", "Size on disk of the claim's index, jobs_claim_idx.",
+)
+
 DATABASE_GAUGES = (database_up, database_read_failed, queue_jobs, queue_oldest_age,
                    queue_paused, process_heartbeat_age, flow_limit, flow_in_use,
-                   flow_held_jobs)
+                   flow_held_jobs, xmin_horizon_age, xmin_horizon_xids, jobs_dead_tuples,
+                   claim_index_bytes)
 
 QUEUE_STATES = ("queued", "scheduled", "running", "dead")
 # Queue names read from the database are data anyone with INSERT can choose: past this many

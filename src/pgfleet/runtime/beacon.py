@@ -7,7 +7,8 @@ master writes one field back: how many workers its queue now has (TTIN/TTOU), fo
 child's process title. A worker that gives up its leases (pgfleet.worker.leases) marks its
 slot before it exits, so the master can tell that deliberate exit from a task that merely
 exits with the same code; one that never claimed a job marks that it held nothing, so no
-rescue is asked for it.
+rescue is asked for it. A worker also notes when it last sent a lease renewal that
+succeeded, for its keeper (pgfleet.runtime.keeper), which inherits the page from it.
 CLOCK_MONOTONIC is one clock for every process on the host, so the times compare.
 """
 
@@ -19,11 +20,14 @@ import time
 
 _BEAT = struct.Struct("dd")  # last beat (monotonic seconds), jobs running: the child's
 _PEERS = struct.Struct("d")  # workers of the child's queue: the master's
-_EXIT_MARK = struct.Struct("d")  # the child's exit mark: GAVE_UP or HELD_NOTHING
+_EXIT_MARK = struct.Struct("d")  # the child's exit mark: GAVE_UP, HELD_NOTHING or KEPT
 GAVE_UP = 1.0  # it exits with jobs still leased to it, on purpose
 HELD_NOTHING = 2.0  # it exits never having claimed a job: there is nothing to give back
+KEPT = 3.0  # its keeper killed it: it held jobs on leases it had not renewed in time
+_RENEWED = struct.Struct("d")  # the worker's: when its last good renewal was sent (0: none)
 _EXIT_MARK_AT = _BEAT.size + _PEERS.size
-_SLOT_SIZE = _EXIT_MARK_AT + _EXIT_MARK.size
+_RENEWED_AT = _EXIT_MARK_AT + _EXIT_MARK.size
+_SLOT_SIZE = _RENEWED_AT + _RENEWED.size
 # Per executor thread, the last two jobs whose task it entered (0: none), after the beat
 # slots; as many threads as a worker may have (QueueConfig.threads). Two, not one: a task
 # that signals its own process (os.kill(os.getpid(), SIGSEGV)) returns before the signal
@@ -49,6 +53,7 @@ class BeaconBoard:
         """Before a fork: the start counts as the first beat; -1 jobs means 'not ready'."""
         _BEAT.pack_into(self.memory, index * _SLOT_SIZE, time.monotonic(), -1.0)
         _EXIT_MARK.pack_into(self.memory, index * _SLOT_SIZE + _EXIT_MARK_AT, 0.0)
+        _RENEWED.pack_into(self.memory, index * _SLOT_SIZE + _RENEWED_AT, 0.0)
         start = self.jobs_at + index * _JOBS_SIZE
         self.memory[start:start + _JOBS_SIZE] = bytes(_JOBS_SIZE)
 
@@ -69,6 +74,10 @@ class BeaconBoard:
         """Did the child in this slot mark that it never claimed a job (read after it died)?"""
         return self._exit_mark(index) == HELD_NOTHING
 
+    def killed_by_keeper(self, index: int) -> bool:
+        """Did the keeper of the child in this slot kill it (read after it died)?"""
+        return self._exit_mark(index) == KEPT
+
     def _exit_mark(self, index: int) -> float:
         (mark,) = _EXIT_MARK.unpack_from(self.memory, index * _SLOT_SIZE + _EXIT_MARK_AT)
         return float(mark)
@@ -84,6 +93,12 @@ class BeaconBoard:
     def read(self, index: int) -> tuple[float, int]:
         beat, busy = _BEAT.unpack_from(self.memory, index * _SLOT_SIZE)
         return beat, int(busy)
+
+    def renewed(self, index: int) -> float:
+        """When the child in this slot last sent a lease renewal that succeeded
+        (monotonic seconds; 0: never)."""
+        (at,) = _RENEWED.unpack_from(self.memory, index * _SLOT_SIZE + _RENEWED_AT)
+        return float(at)
 
 
 class Beacon:
@@ -105,6 +120,16 @@ class Beacon:
             last, _ = _JOB.unpack_from(self.board.memory, at)
             _JOB.pack_into(self.board.memory, at, job_id, last)
 
+    def leases_renewed(self, at: float) -> None:
+        """The worker's renewal sent at monotonic time `at` succeeded."""
+        _RENEWED.pack_into(self.board.memory, self.index * _SLOT_SIZE + _RENEWED_AT, at)
+
+    def holding(self) -> tuple[int, float]:
+        """(jobs held at the last beat, when the last good renewal was sent), as its
+        keeper reads them."""
+        _, busy = self.board.read(self.index)
+        return busy, self.board.renewed(self.index)
+
     def give_up_leases(self) -> None:
         """The worker is about to exit because it could not renew its leases."""
         self._mark_exit(GAVE_UP)
@@ -112,6 +137,10 @@ class Beacon:
     def held_nothing(self) -> None:
         """The worker is about to exit without ever having claimed a job."""
         self._mark_exit(HELD_NOTHING)
+
+    def kept(self) -> None:
+        """The worker's keeper is about to kill it (pgfleet.runtime.keeper)."""
+        self._mark_exit(KEPT)
 
     def _mark_exit(self, mark: float) -> None:
         _EXIT_MARK.pack_into(self.board.memory, self.index * _SLOT_SIZE + _EXIT_MARK_AT, mark)

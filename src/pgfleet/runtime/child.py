@@ -100,6 +100,7 @@ class Reconnect:
         self.failures = 0
         self.not_before = 0.0
         self.reported: set[str] = set()  # the errors of this run logged at WARNING
+        self.last_error: str | None = None  # the latest error of this run of failures
 
     def failed(self) -> float:
         """Record a failure; returns the delay before the next attempt."""
@@ -115,6 +116,7 @@ class Reconnect:
         self.failures = 0
         self.not_before = 0.0
         self.reported.clear()
+        self.last_error = None
         return recovered
 
     def due(self, now: float) -> bool:
@@ -125,6 +127,7 @@ class Reconnect:
         yet at WARNING (a few at most), repeats at DEBUG, so an outage is a line or two per
         process, not one per retry, and a change of cause still shows (a lost connection,
         then a rotated password). `error`: one line, secrets scrubbed."""
+        self.last_error = error
         new = error not in self.reported and len(self.reported) < MAX_REPORTED_ERRORS
         if new:
             self.reported.add(error)

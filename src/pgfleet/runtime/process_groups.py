@@ -64,6 +64,11 @@ def lead_own_group() -> None:
     _leading = os.getpgrp() == os.getpid()
 
 
+def leads_own_group() -> bool:
+    """Did lead_own_group() make this process the leader of its group?"""
+    return _leading and os.getpgrp() == os.getpid()
+
+
 def kill_group(pgid: int) -> bool:
     """SIGKILL every process of group `pgid`; False once the group has no process left
     (zombies count until they are reaped)."""
@@ -84,6 +89,33 @@ def _group(pid: int) -> int | None:
         return None
     # After the command name, in parentheses: state, parent, process group, ...
     return int(text.rsplit(")", 1)[1].split()[2])
+
+
+def live_members(pgid: int) -> list[int]:
+    """The processes of group `pgid` that are not zombies."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(entry))
+    return found
+
+
+def doomed(pid: int) -> bool:
+    """Is a SIGKILL already on its way to `pid` (sent, not yet acted on)?"""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # gone already
+    for line in text.splitlines():
+        if line.startswith("ShdPnd:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGKILL - 1)))
+    return False
 
 
 def children(pid: int, tid: int | None = None) -> list[int]:

@@ -237,7 +237,22 @@ def connect(dsn: str, *, autocommit: bool = True, application_name: str | None =
         first_line = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", dsn)
         raise DatabaseUnavailable(
             f"cannot connect to the database {redact_dsn(dsn)}: {first_line}"
+            f"{_no_slot_hint(str(exc))}"
         ) from None
+
+
+# The server's answers when it has no connection slot for this role: max_connections
+# reached, the rest reserved for superusers, or a role's or database's CONNECTION LIMIT.
+_NO_SLOT = ("too many clients", "remaining connection slots are reserved",
+            "too many connections")
+
+
+def _no_slot_hint(text: str) -> str:
+    """A word for the person reading the log: which limit to look at."""
+    if any(pattern in text.lower() for pattern in _NO_SLOT):
+        return (" (too many connections: no connection slot is left for this role; other"
+                " roles hold them, up to max_connections)")
+    return ""
 
 
 # Server answers no retry can change: a wrong password or method, an unknown role or

@@ -14,6 +14,7 @@ from typing import Any
 
 from pgfleet.core.flow import FlowLimits
 from pgfleet.sql.rows import (
+    ClaimCosts,
     FireTime,
     FlowUsage,
     HeartbeatAge,
@@ -27,6 +28,7 @@ from pgfleet.sql.rows import (
     ScheduleJob,
     ScheduleLastRun,
     ScheduleRunJob,
+    XminHolder,
 )
 from pgfleet.sql.store import Conn, _as_dict, _exec, _many, _maybe, _one, _scalar
 
@@ -110,6 +112,27 @@ def processes(conn: Conn) -> list[dict[str, Any]]:
 
 def heartbeat_ages(conn: Conn) -> list[HeartbeatAge]:
     return _many(conn, "heartbeat_ages", None, HeartbeatAge)
+
+
+def xmin_holders(conn: Conn) -> list[XminHolder]:
+    """The oldest holder of each kind of the xmin horizon, oldest first (by xid age)."""
+    return _many(conn, "xmin_holders", None, XminHolder)
+
+
+def claim_costs(conn: Conn) -> ClaimCosts:
+    return _one(conn, "claim_costs", None, ClaimCosts)
+
+
+def epoch_check(conn: Conn, *, lease: float) -> datetime | None:
+    """When the claims resume after the database changed under the fleet (a new WAL
+    timeline or system identifier); None when they are not held."""
+    value = _scalar(conn, "epoch_check", {"lease": lease})
+    return value if isinstance(value, datetime) else None
+
+
+def move_heads(conn: Conn) -> int:
+    """Move the claims' heads past the jobs claimed since the last move; how many moved."""
+    return int(_scalar(conn, "move_heads", {}) or 0)
 
 
 def db_now(conn: Conn) -> datetime:

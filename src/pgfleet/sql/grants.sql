@@ -20,6 +20,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_defaults TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_limits TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_starts TO {runtime};
 GRANT SELECT ON pgfleet.migrations TO {runtime};
+GRANT SELECT, INSERT, UPDATE ON pgfleet.epoch TO {runtime};
+GRANT USAGE ON SEQUENCE pgfleet.job_ids TO {runtime};
+GRANT SELECT, INSERT, UPDATE ON pgfleet.queue_heads TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_job(text, jsonb, text, integer, timestamptz, integer, text, jsonb, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.enqueue_jobs(text[], text[], text[], integer[], timestamptz[], float8[], integer[], text[], text[], text[]) TO {runtime};
@@ -33,6 +36,7 @@ GRANT EXECUTE ON FUNCTION pgfleet.claim_limited(text, text, integer, float8, int
 GRANT EXECUTE ON FUNCTION pgfleet.claim_jobs(text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.complete_and_claim_jobs(bigint[], jsonb, jsonb, text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.claim_jobs(text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint, bigint) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.move_heads() TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.complete_and_claim_jobs(bigint[], jsonb, jsonb, text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint, bigint) TO {runtime};
 
 -- role: runtime-pooler

@@ -55,7 +55,7 @@ SELECT k.task, k.unique_key, k.id
 -- Parameters are cast to the function's types: psycopg sends None and str untyped, and
 -- every claim is planned anew (force_custom_plan), so each would resolve the function again.
 SELECT c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
-       c.wait_seconds AS wait_seconds, c.solo, c.priority, c.run_at, c.meta, c.more
+       c.wait_seconds AS wait_seconds, c.solo, c.priority, c.run_at, c.meta, c.more, c.fence
   FROM pgfleet.claim_jobs(%(queue)s::text, %(limit)s::int, %(worker)s::text,
                           %(lease)s::float8, %(args_limit)s::int, %(held)s::bigint,
                           %(held_solo)s::bool, %(after_priority)s::int,
@@ -79,32 +79,32 @@ SELECT EXISTS (SELECT 1 FROM pgfleet.queue_limits l
                        OR l.key_concurrency IS NOT NULL))
 
 -- name: complete_succeeded :many
--- R2: fenced by holder and attempt, so a job whose lease was taken over is not touched;
--- the row is found by primary key and the fence checked on it. Attempts and results come
--- as JSON objects keyed by id, parsed once (the sub-selects): a join with unnest() may be
--- planned as a nested loop re-reading the arrays for every running row.
+-- R2: fenced by the claim's fence (and holder), so a job whose lease was taken over is not
+-- touched; the row is found by primary key and the fence checked on it. Fences and results
+-- come as JSON objects keyed by id, parsed once (the sub-selects): a join with unnest() may
+-- be planned as a nested loop re-reading the arrays for every running row.
 UPDATE pgfleet.jobs j
    SET state = 'succeeded', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
        result = (SELECT %(results)s::jsonb) -> j.id::text
  WHERE j.id = ANY(%(ids)s::bigint[])
-   AND j.attempt = ((SELECT %(attempts)s::jsonb) ->> j.id::text)::int AND j.state = 'running'
+   AND j.fence = ((SELECT %(fences)s::jsonb) ->> j.id::text)::bigint AND j.state = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id
 
 -- name: complete_and_claim :many
--- complete_succeeded and claim in one autocommit statement (pgfleet.complete_and_claim_jobs),
+-- complete_succeeded and claim in one autocommit statement (pgfleet.succeed_and_claim_jobs),
 -- fenced and claimed as those two are: one round trip and one commit per batch. held /
 -- held_solo count the jobs kept running after it. Rows: the completed ids as one array
 -- (`done`; cheaper than a row per id), then one row per job claimed (`done` NULL).
 SELECT c.done, c.id, c.task, c.args, c.attempt, c.max_attempts, c.args_size,
-       c.wait_seconds, c.solo, c.priority, c.run_at, c.meta, c.more
-  FROM pgfleet.complete_and_claim_jobs(%(ids)s::bigint[], %(attempts)s::jsonb,
-                                       %(results)s::jsonb, %(queue)s::text, %(limit)s::int,
-                                       %(worker)s::text, %(lease)s::float8,
-                                       %(args_limit)s::int, %(held)s::bigint,
-                                       %(held_solo)s::bool, %(after_priority)s::int,
-                                       %(after_run_at)s::timestamptz,
-                                       %(after_id)s::bigint, %(max_bytes)s::bigint) AS c
+       c.wait_seconds, c.solo, c.priority, c.run_at, c.meta, c.more, c.fence
+  FROM pgfleet.succeed_and_claim_jobs(%(ids)s::bigint[], %(fences)s::jsonb,
+                                      %(results)s::jsonb, %(queue)s::text, %(limit)s::int,
+                                      %(worker)s::text, %(lease)s::float8,
+                                      %(args_limit)s::int, %(held)s::bigint,
+                                      %(held_solo)s::bool, %(after_priority)s::int,
+                                      %(after_run_at)s::timestamptz,
+                                      %(after_id)s::bigint, %(max_bytes)s::bigint) AS c
 
 -- name: complete_failed :many
 -- A failure retries after the given delay, or ends dead when attempts are spent or the
@@ -115,9 +115,9 @@ UPDATE pgfleet.jobs j
              FROM pgfleet.failed_attempt(j.attempt, j.max_attempts + j.refunds, j.run_at, j.errors,
                                          d.error, d.delay, d.final) f),
        lease_holder = NULL, lease_expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
-              %(delays)s::float8[], %(finals)s::bool[]) AS d(id, attempt, error, delay, final)
- WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+  FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[],
+              %(delays)s::float8[], %(finals)s::bool[]) AS d(id, fence, error, delay, final)
+ WHERE j.id = d.id AND j.fence = d.fence AND j.state = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id, j.state::text AS state, j.run_at
 
@@ -126,8 +126,8 @@ RETURNING j.id, j.state::text AS state, j.run_at
 UPDATE pgfleet.jobs j
    SET state = 'cancelled', finished_at = now(), lease_holder = NULL, lease_expires_at = NULL,
        last_error = 'cancelled while running (attempt ' || j.attempt || ')'
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
- WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+  FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
+ WHERE j.id = d.id AND j.fence = d.fence AND j.state = 'running'
    AND j.lease_holder = %(worker)s
 RETURNING j.id
 
@@ -139,9 +139,9 @@ UPDATE pgfleet.jobs j
    SET state = 'queued', run_at = now() + make_interval(secs => d.delay),
        attempt = j.attempt - 1, snoozes = j.snoozes + 1,
        lease_holder = NULL, lease_expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[])
-       AS d(id, attempt, delay)
- WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+  FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(delays)s::float8[])
+       AS d(id, fence, delay)
+ WHERE j.id = d.id AND j.fence = d.fence AND j.state = 'running'
    AND j.lease_holder = %(worker)s AND j.snoozes < %(max_snoozes)s
 RETURNING j.id
 
@@ -149,9 +149,9 @@ RETURNING j.id
 -- What running tasks last reported (pgfleet.current_job().progress), written by the
 -- worker's main thread at most about once a second per job. Fenced.
 UPDATE pgfleet.jobs j SET progress = d.progress::jsonb
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[])
-       AS d(id, attempt, progress)
- WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+  FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(progress)s::text[])
+       AS d(id, fence, progress)
+ WHERE j.id = d.id AND j.fence = d.fence AND j.state = 'running'
    AND j.lease_holder = %(worker)s
 
 -- name: cancels_requested :many
@@ -185,14 +185,16 @@ SELECT id, queue, task, progress::text AS progress FROM pgfleet.jobs
 UPDATE pgfleet.jobs j
    SET state = 'queued', attempt = j.attempt - 1, run_at = now(),
        lease_holder = NULL, lease_expires_at = NULL
- WHERE j.lease_holder = %(worker)s AND j.state = 'running' AND j.id = ANY(%(ids)s::bigint[])
+  FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
+ WHERE j.id = d.id AND j.fence = d.fence AND j.lease_holder = %(worker)s
+   AND j.state = 'running'
 RETURNING j.id
 
 -- name: give_back :many
 -- Shutdown: jobs this worker did not finish, whose threads are known stopped, go back. The
--- attempt number stays (it is the fence: a number never runs in two processes); the
--- attempt is refunded (refunds + 1) up to max_refunds times, after which a give-back
--- counts like any failed attempt. Due a second from now.
+-- attempt number stays (that run happened); the attempt is refunded (refunds + 1) up to max_refunds times, after which a give-back
+-- counts like any failed attempt. Due a second from now. With ids, each fenced by its
+-- fence; without (NULL), every job the holder still holds.
 UPDATE pgfleet.jobs j
    SET (state, run_at, finished_at, last_error, errors) = (
            SELECT f.state, f.run_at, f.finished_at, f.last_error, f.errors
@@ -207,7 +209,8 @@ UPDATE pgfleet.jobs j
        refunds = least(j.refunds + 1, %(max_refunds)s),
        lease_holder = NULL, lease_expires_at = NULL
  WHERE j.lease_holder = %(worker)s AND j.state = 'running'
-   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+   AND (%(ids)s::bigint[] IS NULL
+        OR (j.id, j.fence) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[])))
 RETURNING j.id
 
 -- name: renew_leases :many
@@ -215,10 +218,12 @@ RETURNING j.id
 -- have reached the worker, and renewing it would hold it forever (rescue_stale takes it).
 -- Each renewal advances beats, which rescuers watch instead of a clock. cancel_requested:
 -- someone asked to cancel the job (the fallback when no NOTIFY came).
-UPDATE pgfleet.jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s),
-                        beats = beats + 1
- WHERE lease_holder = %(worker)s AND state = 'running' AND id = ANY(%(ids)s::bigint[])
-RETURNING id, cancel_requested_at IS NOT NULL AS cancel_requested
+UPDATE pgfleet.jobs j SET lease_expires_at = now() + make_interval(secs => %(lease)s),
+                          beats = j.beats + 1
+  FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
+ WHERE j.id = d.id AND j.fence = d.fence AND j.lease_holder = %(worker)s
+   AND j.state = 'running'
+RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
 
 -- name: held_by :many
 -- The running jobs a dead worker held, for the rescue below to price their retries: with
@@ -289,25 +294,25 @@ UPDATE pgfleet.jobs j
 RETURNING j.id, j.queue, j.task, j.state::text AS state, d.ran
 
 -- name: running_leases :many
--- What a rescuer watches: who holds each running job, at which attempt, after how many
+-- What a rescuer watches: who holds each running job, under which fence, after how many
 -- renewals. pgfleet.maintenance.lease_watch calls a lease stale only when this stayed the same for a
 -- whole lease of the watcher's own monotonic clock; no wall clock decides a rescue.
-SELECT id, lease_holder AS holder, attempt, beats FROM pgfleet.jobs
+SELECT id, lease_holder AS holder, fence, beats FROM pgfleet.jobs
  WHERE state = 'running' AND lease_holder IS NOT NULL
  ORDER BY id
 
 -- name: rescue_stale :many
 -- R3b: the leases a watcher saw unrenewed for a whole lease belong to a host that vanished
 -- or froze. A row is taken only if it is still exactly as watched: a renewal since then
--- (beats moved) or a new claim (attempt moved) keeps it running. SKIP LOCKED lets the
+-- (beats moved) or a new claim (fence moved) keeps it running. SKIP LOCKED lets the
 -- maintenance process of every host run this at once.
 WITH w AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(holders)s::text[], %(attempts)s::int[],
-                         %(beats)s::bigint[]) AS w(id, holder, attempt, beats)
+    SELECT * FROM unnest(%(ids)s::bigint[], %(holders)s::text[], %(fences)s::bigint[],
+                         %(beats)s::bigint[]) AS w(id, holder, fence, beats)
 ), c AS MATERIALIZED (
     SELECT j.id FROM pgfleet.jobs j
-      JOIN w ON w.id = j.id AND w.holder = j.lease_holder AND w.attempt = j.attempt
-            AND w.beats = j.beats
+      JOIN w ON w.id = j.id AND w.holder = j.lease_holder
+            AND w.fence IS NOT DISTINCT FROM j.fence AND w.beats = j.beats
      WHERE j.state = 'running'
      ORDER BY j.id
        FOR UPDATE OF j SKIP LOCKED
@@ -370,12 +375,12 @@ SELECT d.id, d.task, d.unique_key, h.id AS holder
  ORDER BY d.id
 
 -- name: still_ours :maybe
--- A task's fence: is its job still running under this holder at this attempt? FOR SHARE
--- holds the answer until the caller's transaction ends: a rescue or a completion of the
--- row waits for it, so a side effect written in that transaction is fenced.
+-- A task's fence: is its job still running under this run's fence? FOR SHARE holds the
+-- answer until the caller's transaction ends: a rescue or a completion of the row waits
+-- for it, so a side effect written in that transaction is fenced.
 SELECT id FROM pgfleet.jobs
  WHERE id = %(id)s AND state = 'running' AND lease_holder = %(worker)s
-   AND attempt = %(attempt)s
+   AND fence = %(fence)s
    FOR SHARE
 
 
@@ -533,6 +538,16 @@ SELECT id, host, pid, kind, queue, supervisor, failed_queues,
 -- The metrics' per-host view: the stalest heartbeat of each host's processes of one kind.
 SELECT host, kind, extract(epoch FROM now() - min(heartbeat_at))::float8 AS seconds
   FROM pgfleet.processes GROUP BY host, kind
+
+-- name: epoch_check :scalar
+-- When the claims resume after the database changed under the fleet (a failover, a
+-- restore), NULL when they are not held (functions/epoch_check.sql); the system identifier
+-- is compared too.
+SELECT pgfleet.epoch_check(%(lease)s::float8, true)
+
+-- name: move_heads :scalar
+-- Moves the claims' heads forward past the jobs claimed since (functions/move_heads.sql).
+SELECT pgfleet.move_heads()
 
 -- name: db_now :scalar
 -- The scheduler's only clock: every host agrees on the server's time.
@@ -721,3 +736,73 @@ SELECT l.queue, l.global_concurrency, l.rate_limit, l.rate_period, l.key_concurr
      )
      SELECT least(coalesce(max(due), 0), 10001) AS due FROM walk) d
  ORDER BY l.queue
+
+-- name: xmin_holders :many
+-- The oldest holder of each kind of the xmin horizon that keeps VACUUM from removing the
+-- dead rows of pgfleet's tables: a backend's snapshot or transaction, a prepared
+-- transaction, a replication slot, a standby's hot_standby_feedback. `xids` is age() of
+-- the xmin it holds; `seconds` is how long its transaction has been open (backends and
+-- prepared transactions only: a slot or a standby carries no time), and `oldest_seconds`
+-- the longest of its kind. Bounded by the server's limits (max_connections,
+-- max_prepared_transactions, max_replication_slots, max_wal_senders), never by history.
+-- A snapshot in another database does not hold this one's tables, but a transaction id
+-- there does: every new snapshot here sees it running. Walsenders are the standby kind,
+-- and VACUUM's own xmin is ignored by the horizon. Without pg_read_all_stats (or
+-- pg_monitor) another role's backend shows no type, state, query or start time: its xid
+-- age still counts and its seconds are NULL, and walsenders and VACUUMs are told by
+-- their pids in pg_stat_replication and pg_stat_progress_vacuum, which everyone sees.
+WITH holders AS (
+    SELECT 'backend' AS holder, a.pid, a.application_name AS name, a.state,
+           extract(epoch FROM now() - coalesce(a.xact_start, a.query_start,
+                                               a.backend_start))::float8 AS seconds,
+           CASE WHEN a.datname = current_database()
+                THEN greatest(age(a.backend_xmin), age(a.backend_xid))
+                ELSE age(a.backend_xid) END::bigint AS xids,
+           CASE WHEN a.state IS NOT NULL THEN left(a.query, 200) END AS query
+      FROM pg_stat_activity a
+     WHERE a.pid <> pg_backend_pid()
+       AND coalesce(a.backend_type, '') NOT IN ('walsender', 'autovacuum worker',
+                                                'autovacuum launcher')
+       AND a.pid NOT IN (SELECT r.pid FROM pg_stat_replication r WHERE r.pid IS NOT NULL)
+       AND a.pid NOT IN (SELECT v.pid FROM pg_stat_progress_vacuum v WHERE v.pid IS NOT NULL)
+       AND (a.backend_xid IS NOT NULL
+            OR (a.backend_xmin IS NOT NULL AND a.datname = current_database()))
+    UNION ALL
+    SELECT 'prepared', NULL, p.gid, 'prepared', extract(epoch FROM now() - p.prepared)::float8,
+           age(p.transaction)::bigint, NULL
+      FROM pg_prepared_xacts p
+    UNION ALL
+    SELECT 'slot', s.active_pid, s.slot_name::text,
+           CASE WHEN s.active THEN 'active' ELSE 'inactive' END, NULL, age(s.xmin)::bigint,
+           NULL
+      FROM pg_replication_slots s
+     WHERE s.xmin IS NOT NULL
+    UNION ALL
+    SELECT 'standby', r.pid, r.application_name, r.state, NULL, age(r.backend_xmin)::bigint,
+           NULL
+      FROM pg_stat_replication r
+     WHERE r.backend_xmin IS NOT NULL
+), ranked AS (
+    SELECT h.*, max(h.seconds) OVER (PARTITION BY h.holder) AS oldest_seconds,
+           row_number() OVER (PARTITION BY h.holder
+                              ORDER BY h.xids DESC, h.seconds DESC NULLS LAST) AS rank
+      FROM holders h
+)
+SELECT holder, pid, name, state, seconds, oldest_seconds, xids, query
+  FROM ranked WHERE rank = 1 ORDER BY xids DESC
+
+-- name: claim_costs :one
+-- What a held horizon costs the claim, as the server counts it: the dead rows of
+-- pgfleet.jobs not yet vacuumed and the size of the claim's index, each with its
+-- partitions' if it has any (a parent alone has neither). Statistics and sizes on disk,
+-- one call per relation: no row and no other table is read.
+WITH rel AS (
+    SELECT to_regclass('pgfleet.jobs') AS jobs, to_regclass('pgfleet.jobs_claim_idx') AS idx
+)
+SELECT (SELECT coalesce(sum(pg_stat_get_dead_tuples(t.relid)), 0)
+          FROM (SELECT rel.jobs AS relid UNION SELECT relid FROM pg_partition_tree(rel.jobs)) t
+       )::bigint AS dead_tuples,
+       (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
+          FROM (SELECT rel.idx AS relid UNION SELECT relid FROM pg_partition_tree(rel.idx)) t
+       )::bigint AS claim_index_bytes
+  FROM rel

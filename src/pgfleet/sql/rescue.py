@@ -47,6 +47,6 @@ def rescue_stale(conn: Conn, *, leases: Sequence[Lease]) -> list[tuple[int, str,
     if not leases:
         return []
     params = {"ids": [x.id for x in leases], "holders": [x.holder for x in leases],
-              "attempts": [x.attempt for x in leases], "beats": [x.beats for x in leases]}
+              "fences": [x.fence for x in leases], "beats": [x.beats for x in leases]}
     rows = _many(conn, "rescue_stale", params, RescuedJob)
     return [(row.id, row.queue, row.state) for row in rows]

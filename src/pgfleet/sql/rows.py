@@ -69,6 +69,7 @@ class ClaimedJob:
     run_at: datetime
     meta: str | None = None  # JSON text of the job's meta; None when it is empty
     more: bool = False  # the claim's byte budget (max_bytes) left due jobs behind
+    fence: int = 0  # this claim's fence: every write of the running job names it
 
 
 @dataclass(slots=True)
@@ -89,6 +90,7 @@ class DoneOrClaimed:
     run_at: datetime | None
     meta: str | None
     more: bool | None
+    fence: int | None
 
 
 
@@ -101,7 +103,7 @@ class JobId:
 @dataclass(frozen=True)
 class Failure:
     id: int
-    attempt: int
+    fence: int
     error: str
     delay: float
     final: bool
@@ -142,7 +144,7 @@ class Lease:
 
     id: int
     holder: str
-    attempt: int
+    fence: int | None  # None: claimed by a release before fences
     beats: int
 
 
@@ -263,6 +265,30 @@ class HeartbeatAge:
     host: str
     kind: str
     seconds: float
+
+
+
+@dataclass(frozen=True)
+class XminHolder:
+    """The oldest holder of one kind (backend, prepared, slot, standby) of the xmin
+    horizon: its pid (None for a prepared transaction or an idle slot), name
+    (application_name, gid or slot name), state, transaction age in seconds (None where
+    no time exists or the row is not visible), the longest such age of its kind, the age
+    of the xmin in transaction ids, and the start of its query when visible."""
+    holder: str
+    pid: int | None
+    name: str | None
+    state: str | None
+    seconds: float | None
+    oldest_seconds: float | None
+    xids: int
+    query: str | None
+
+
+@dataclass(frozen=True)
+class ClaimCosts:
+    dead_tuples: int
+    claim_index_bytes: int
 
 
 

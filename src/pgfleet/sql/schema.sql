@@ -18,8 +18,18 @@ CREATE TYPE pgfleet.job_state AS ENUM ('queued', 'running', 'succeeded', 'dead',
 
 -- Jobs --------------------------------------------------------------------------------
 
+-- Job ids come from this sequence, offset by the server's WAL timeline (jobs.id).
+CREATE SEQUENCE pgfleet.job_ids AS bigint;
+
 CREATE TABLE pgfleet.jobs (
-    id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- The sequence's next value plus (timeline - 1) * 2^44. A promoted replica writes on a
+    -- new timeline, so after a failover no id repeats one the old primary handed out for
+    -- a job the replica never received: an id a producer got back names that job or none.
+    id                  bigint PRIMARY KEY DEFAULT (
+                            pg_catalog.nextval('pgfleet.job_ids')
+                            + ((('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(
+                                           pg_catalog.pg_current_wal_lsn()), 1, 8)
+                                )::bit(32)::integer - 1)::bigint << 44)),
     queue               text NOT NULL CHECK (length(queue) BETWEEN 1 AND 128),
     task                text NOT NULL CHECK (length(task) BETWEEN 1 AND 255),
     args                jsonb NOT NULL DEFAULT '{}'::jsonb,
@@ -27,8 +37,7 @@ CREATE TABLE pgfleet.jobs (
     -- Lower runs first.
     priority            integer NOT NULL DEFAULT 0 CHECK (priority BETWEEN -1000 AND 1000),
     run_at              timestamptz NOT NULL DEFAULT now(),
-    -- The attempt that runs now or ran last; with lease_holder, the fence every write of a
-    -- running job checks.
+    -- The attempt that runs now or ran last (a count: it is not the fence, see fence).
     attempt             integer NOT NULL DEFAULT 0 CHECK (attempt >= 0),
     max_attempts        integer NOT NULL DEFAULT 20 CHECK (max_attempts BETWEEN 1 AND 1000),
     lease_holder        text,
@@ -57,9 +66,13 @@ CREATE TABLE pgfleet.jobs (
     snoozes             integer NOT NULL DEFAULT 0,
     -- Someone waits for this job's end (pgfleet.result): only then does its end NOTIFY.
     result_waited       boolean NOT NULL DEFAULT false,
-    -- Advanced by every lease renewal: a lease is stale when (holder, attempt, beats) stays
+    -- Advanced by every lease renewal: a lease is stale when (holder, fence, beats) stays
     -- the same for a whole lease, timed by the watcher's own monotonic clock.
     beats               bigint NOT NULL DEFAULT 0,
+    -- The fence: 62 random bits drawn by each claim. Every write of a running job (its
+    -- outcome, renewal, progress, give-back) names it, so a run that lost its job changes
+    -- nothing, even after a failover rewound the attempt number and the holder.
+    fence               bigint,
     CONSTRAINT jobs_attempt_bound CHECK (attempt <= 1000000),
     CONSTRAINT jobs_crashes_bound CHECK (crashes <= 1000000),
     CONSTRAINT jobs_refunds_check CHECK (refunds BETWEEN 0 AND 1000000),
@@ -68,6 +81,8 @@ CREATE TABLE pgfleet.jobs (
 )
 -- The table churns: vacuum and analyze it long before the cluster's defaults would.
 WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+
+ALTER SEQUENCE pgfleet.job_ids OWNED BY pgfleet.jobs.id;
 
 -- The claim reads only waiting rows, in claim order; finished history never enters it.
 CREATE INDEX jobs_claim_idx ON pgfleet.jobs (queue, priority, run_at, id)
@@ -96,6 +111,24 @@ CREATE INDEX jobs_ended_badly_idx ON pgfleet.jobs (state, id)
 CREATE INDEX jobs_ended_badly_queue_idx ON pgfleet.jobs (state, queue, id)
     WHERE state IN ('dead', 'cancelled');
 
+
+-- Where each priority's waiting rows of a queue begin, for the claims: no waiting row of
+-- (queue, priority) has a claim key below (run_at, id), so a claim starts there instead of
+-- at the head of jobs_claim_idx, past the entries of every job claimed before. Those entries
+-- stay while any snapshot might still see their rows (a long transaction elsewhere holds the
+-- xmin horizon), and a claim from the head would step over all of them.
+-- Writers of waiting rows lower a head below their keys (functions/jobs_heads_*.sql);
+-- maintenance moves heads forward (functions/move_heads.sql), over dead entries only.
+-- passed_*: where the last move started, rechecked by the next for rows committed late.
+CREATE TABLE pgfleet.queue_heads (
+    queue         text NOT NULL,
+    priority      integer NOT NULL,
+    run_at        timestamptz NOT NULL,
+    id            bigint NOT NULL,
+    passed_run_at timestamptz,
+    passed_id     bigint,
+    PRIMARY KEY (queue, priority)
+);
 
 -- Queues, their limits and the defaults an enqueue gets --------------------------------
 
@@ -173,6 +206,26 @@ CREATE TABLE pgfleet.schedule_runs (
 CREATE INDEX schedule_runs_latest_idx ON pgfleet.schedule_runs (schedule, fire_time DESC);
 
 
+-- The database the fleet works on ---------------------------------------------------------
+
+-- The server as the claims last saw it: its system identifier and WAL timeline. A failover
+-- (a promoted replica) or a restore changes one of them, and the new database may lack
+-- claims the old one made while those runs go on. The claims then wait until every lease
+-- granted before has expired (functions/epoch_check.sql). NULL: not seen yet.
+CREATE TABLE pgfleet.epoch (
+    one              boolean PRIMARY KEY DEFAULT true CHECK (one),
+    system_id        bigint,
+    timeline         integer,
+    -- When the claims noticed the change, and when they resume.
+    changed_at       timestamptz,
+    claims_resume_at timestamptz,
+    -- The longest lease any claim asked for, in seconds: how long a run the old database
+    -- knew of may go on.
+    longest_lease    float8 NOT NULL DEFAULT 0
+);
+INSERT INTO pgfleet.epoch DEFAULT VALUES;
+
+
 -- Triggers ------------------------------------------------------------------------------
 -- The loader creates what follows once every function of functions/ exists.
 
@@ -213,6 +266,15 @@ CREATE TRIGGER jobs_run_at_limits
     WHEN (NOT (NEW.run_at >= '1970-01-01 00:00:00+00' AND NEW.run_at < '3000-01-01 00:00:00+00'))
     EXECUTE FUNCTION pgfleet.jobs_fields_refused();
 
+-- Every waiting row is at or past its queue and priority's head: new rows lower it...
+CREATE TRIGGER jobs_heads_inserted
+    AFTER INSERT ON pgfleet.jobs REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.jobs_heads_inserted();
+-- ...and so do rows that wait again (a retry, a give-back, a rescue).
+CREATE TRIGGER jobs_heads_requeued
+    AFTER UPDATE OF state ON pgfleet.jobs FOR EACH ROW
+    WHEN (NEW.state = 'queued' AND OLD.state <> 'queued')
+    EXECUTE FUNCTION pgfleet.jobs_heads_requeued();
 -- One NOTIFY per queue per inserting statement wakes that queue's workers.
 CREATE TRIGGER jobs_notify
     AFTER INSERT ON pgfleet.jobs REFERENCING NEW TABLE AS new_jobs

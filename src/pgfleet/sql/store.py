@@ -21,6 +21,7 @@ from pgfleet.sql import arrays as bulk_arrays, bulk_plan as enqueue_plan
 from pgfleet.sql.queries import Cardinality, CardinalityError, Query, catalogue
 from pgfleet.sql.rows import (
     CancelledJob as CancelledJob,
+    ClaimCosts as ClaimCosts,
     ClaimedJob as ClaimedJob,
     DoneOrClaimed as DoneOrClaimed,
     Enqueued as Enqueued,
@@ -54,6 +55,7 @@ from pgfleet.sql.rows import (
     ScheduleJob as ScheduleJob,
     ScheduleLastRun as ScheduleLastRun,
     ScheduleRunJob as ScheduleRunJob,
+    XminHolder as XminHolder,
 )
 
 Conn = psycopg.Connection[Any]
@@ -301,7 +303,7 @@ def complete_and_claim(
     after: ClaimKey | None = None, results: Sequence[str | None] | None = None,
     max_bytes: int | None = None,
 ) -> tuple[set[int], list[ClaimedJob]]:
-    """complete_succeeded of the (id, attempt) pairs (with their results) and claim, in one
+    """complete_succeeded of the (id, fence) pairs (with their results) and claim, in one
     statement; returns the ids this worker still held and the jobs claimed. `held` /
     `held_solo` describe the jobs the worker keeps running besides `done`; `max_bytes`
     bounds the claim's args as in claim."""
@@ -322,14 +324,14 @@ def complete_and_claim(
 
 def done_params(done: Sequence[tuple[int, int]], results: Sequence[str | None] | None
                 ) -> dict[str, Any]:
-    """The ids, attempts and results parameters of a successful completion: attempts and
+    """The ids, fences and results parameters of a successful completion: fences and
     results as JSON objects keyed by id (see complete_succeeded in sql/queries.sql); a
     None result has no key. Result texts are JSON already (payload.value_json)."""
-    attempts = ",".join(f'"{job_id}":{attempt}' for job_id, attempt in done)
+    fences = ",".join(f'"{job_id}":{fence}' for job_id, fence in done)
     stored = "" if results is None else ",".join(
         f'"{job_id}":{result}' for (job_id, _), result in zip(done, results, strict=True)
         if result is not None)
-    return {"ids": int_array(job_id for job_id, _ in done), "attempts": "{" + attempts + "}",
+    return {"ids": int_array(job_id for job_id, _ in done), "fences": "{" + fences + "}",
             "results": "{" + stored + "}"}
 
 
@@ -344,16 +346,17 @@ def _claimed(row: DoneOrClaimed) -> ClaimedJob:
     assert row.id is not None and row.task is not None and row.attempt is not None
     assert row.max_attempts is not None and row.args_size is not None
     assert row.priority is not None and row.run_at is not None
+    assert row.fence is not None
     return ClaimedJob(row.id, row.task, row.args, row.attempt, row.max_attempts,
                       row.args_size, row.wait_seconds or 0.0, bool(row.solo), row.priority,
-                      row.run_at, row.meta, bool(row.more))
+                      row.run_at, row.meta, bool(row.more), row.fence)
 
 
 def complete_succeeded(
     conn: Conn, *, worker: str, done: Sequence[tuple[int, int]],
     results: Sequence[str | None] | None = None,
 ) -> set[int]:
-    """Mark (id, attempt) pairs succeeded, storing each one's result (JSON text, None for
+    """Mark (id, fence) pairs succeeded, storing each one's result (JSON text, None for
     none); returns the ids whose row this worker still held."""
     if not done:
         return set()
@@ -363,31 +366,31 @@ def complete_succeeded(
 
 
 def complete_cancelled(conn: Conn, *, worker: str, done: Sequence[tuple[int, int]]) -> set[int]:
-    """End (id, attempt) pairs cancelled; the ids this worker still held."""
+    """End (id, fence) pairs cancelled; the ids this worker still held."""
     if not done:
         return set()
-    params = {"worker": worker, "ids": [d[0] for d in done], "attempts": [d[1] for d in done]}
+    params = {"worker": worker, "ids": [d[0] for d in done], "fences": [d[1] for d in done]}
     return {row.id for row in _many(conn, "complete_cancelled", params, JobId)}
 
 
 def complete_snoozed(conn: Conn, *, worker: str, done: Sequence[tuple[int, int, float]],
                      max_snoozes: int) -> set[int]:
-    """Put (id, attempt, delay) back without spending the attempt; the ids still held
+    """Put (id, fence, delay) back without spending the attempt; the ids still held
     that had snoozed fewer than max_snoozes times."""
     if not done:
         return set()
     params = {"worker": worker, "ids": [d[0] for d in done], "max_snoozes": max_snoozes,
-              "attempts": [d[1] for d in done], "delays": [d[2] for d in done]}
+              "fences": [d[1] for d in done], "delays": [d[2] for d in done]}
     return {row.id for row in _many(conn, "complete_snoozed", params, JobId)}
 
 
 def write_progress(conn: Conn, *, worker: str,
                    reports: Sequence[tuple[int, int, str]]) -> None:
-    """Store (id, attempt, progress JSON) of jobs this worker runs."""
+    """Store (id, fence, progress JSON) of jobs this worker runs."""
     if reports:
         _exec(conn, "write_progress", {
             "worker": worker, "ids": [r[0] for r in reports],
-            "attempts": [r[1] for r in reports], "progress": [r[2] for r in reports]})
+            "fences": [r[1] for r in reports], "progress": [r[2] for r in reports]})
 
 
 def cancels_requested(conn: Conn, *, worker: str, ids: Sequence[int]) -> set[int]:
@@ -426,7 +429,7 @@ def complete_failed(
         {
             "worker": worker,
             "ids": [f.id for f in failures],
-            "attempts": [f.attempt for f in failures],
+            "fences": [f.fence for f in failures],
             "errors": [f.error for f in failures],
             "delays": [f.delay for f in failures],
             "finals": [f.final for f in failures],
@@ -435,37 +438,42 @@ def complete_failed(
     return {row.id: row for row in rows}
 
 
-def withdraw(conn: Conn, *, worker: str, ids: Sequence[int]) -> list[int]:
-    """Requeue jobs no thread started (and none will), uncharged: their attempt goes back."""
-    if not ids:
+def withdraw(conn: Conn, *, worker: str, fences: Mapping[int, int]) -> list[int]:
+    """Requeue jobs no thread started (and none will), uncharged: their attempt goes back.
+    `fences`: {id: fence}."""
+    if not fences:
         return []
-    return [row.id for row in _many(conn, "withdraw", {"worker": worker, "ids": list(ids)},
-                                    JobId)]
+    params = {"worker": worker, "ids": list(fences), "fences": list(fences.values())}
+    return [row.id for row in _many(conn, "withdraw", params, JobId)]
 
 
-def give_back(conn: Conn, *, worker: str, ids: Sequence[int] | None = None) -> list[int]:
-    """Requeue jobs whose threads are known stopped; the first MAX_REFUNDS give-backs of a
-    job do not count as attempts, later ones do (so no job loops on give-backs)."""
-    params = {"worker": worker, "ids": list(ids) if ids is not None else None,
+def give_back(conn: Conn, *, worker: str, fences: Mapping[int, int] | None = None
+              ) -> list[int]:
+    """Requeue jobs whose threads are known stopped ({id: fence}; None: every job `worker`
+    holds); the first MAX_REFUNDS give-backs of a job do not count as attempts, later ones
+    do (so no job loops on give-backs)."""
+    params = {"worker": worker, "ids": list(fences) if fences is not None else None,
+              "fences": list(fences.values()) if fences is not None else None,
               "max_refunds": MAX_REFUNDS}
     rows = _many(conn, "give_back", params, JobId)
     return [row.id for row in rows]
 
 
-def still_ours(conn: Conn, *, id: int, worker: str, attempt: int) -> bool:
-    """True while job `id` runs under `worker` at `attempt`; the row stays locked (FOR
+def still_ours(conn: Conn, *, id: int, worker: str, fence: int) -> bool:
+    """True while job `id` runs under `worker` with `fence`; the row stays locked (FOR
     SHARE) until `conn`'s transaction ends."""
-    params = {"id": id, "worker": worker, "attempt": attempt}
+    params = {"id": id, "worker": worker, "fence": fence}
     return _maybe(conn, "still_ours", params, JobId) is not None
 
 
 def renew_leases(conn: Conn, *, worker: str, lease: float,
-                 ids: Sequence[int]) -> dict[int, bool]:
-    """Extend the leases of the jobs `ids` that `worker` still holds; returns {id: whether
-    someone asked to cancel it} of those."""
-    if not ids:
+                 fences: Mapping[int, int]) -> dict[int, bool]:
+    """Extend the leases of the jobs ({id: fence}) that `worker` still holds under those
+    fences; returns {id: whether someone asked to cancel it} of those."""
+    if not fences:
         return {}
-    params = {"worker": worker, "lease": lease, "ids": list(ids)}
+    params = {"worker": worker, "lease": lease, "ids": list(fences),
+              "fences": list(fences.values())}
     return {row.id: row.cancel_requested
             for row in _many(conn, "renew_leases", params, RenewedJob)}
 

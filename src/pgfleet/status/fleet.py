@@ -3,6 +3,7 @@ processes of every host, read from the database; and its text form for a termina
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -22,9 +23,24 @@ QUEUE_COLUMNS = (
 )
 # Columns after the counts, left-aligned.
 TEXT_COLUMNS = 2
+# A holder of the xmin horizon is named once its transaction is this old: claims and
+# status reads are milliseconds, so a minute is never pgfleet's own work, and dead rows
+# of a busy queue already pile up by then.
+HELD_SECONDS = 60.0
+# A slot or a standby has no start time: it is named past this xid age (half an hour at
+# 500 transactions a second), or at once for a slot no standby uses, which never advances.
+HELD_XIDS = 1_000_000
+QUERY_SHOWN = 80
 
 
 def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The fleet (`_fleet`) and who holds the xmin horizon of its tables, as plain data."""
+    data = _fleet(conn)
+    data["xmin_horizon"] = _xmin_horizon(conn)
+    return data
+
+
+def _fleet(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """Queues (counts, oldest due job, finished in the last minute, paused) and hosts
     (each supervisor with its children and their heartbeat ages), as plain data."""
     if migrations.current_version(conn) == 0:
@@ -60,6 +76,63 @@ def gather(conn: psycopg.Connection[Any]) -> dict[str, Any]:
                 "progress": _decoded(p.progress)} for p in progress]
     return {"queues": queues, "limits": [_limits(f) for f in flows],
             "hosts": _hosts(processes), "progress": reports}
+
+
+def _xmin_horizon(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The holders of the xmin horizon old enough to name (`held`), oldest first, or the
+    read's error: the rest of the status does not depend on seeing other sessions."""
+    try:
+        with conn.transaction():
+            holders = fleet_store.xmin_holders(conn)
+    except psycopg.Error as exc:
+        if conn.closed or conn.broken:
+            raise
+        text = str(exc).strip()
+        return {"held": [], "error": text.splitlines()[0] if text else type(exc).__name__}
+    shown = [dataclasses.asdict(h) for h in holders if held(h)]
+    for h in shown:
+        # One line however the query was written (the terminal escapes what remains).
+        h["query"] = " ".join(h["query"].split()) if h["query"] else h["query"]
+    return {"held": shown, "error": None}
+
+
+def held(h: store.XminHolder) -> bool:
+    """Is this holder old enough to name? A backend or a prepared transaction by its age
+    (by its xids when another role's start time is hidden), a slot no standby uses at
+    once, an active slot or a standby by its xids."""
+    if h.holder == "slot" and h.state == "inactive":
+        return True
+    if h.seconds is not None:
+        return h.seconds >= HELD_SECONDS
+    return h.xids >= HELD_XIDS
+
+
+def horizon_lines(horizon: dict[str, Any]) -> list[str]:
+    """One line per holder that keeps VACUUM from cleaning pgfleet.jobs, and its query."""
+    lines: list[str] = []
+    if horizon.get("error"):
+        lines.append(f"xmin horizon: cannot read the holders: {horizon['error']}")
+    for h in horizon.get("held", []):
+        length = age(h["seconds"]) if h["seconds"] is not None else f"{h['xids']:,} xids"
+        about = [f'app "{h["name"]}"'] if h["name"] else []
+        about += [h["state"]] if h["state"] else []
+        if h["holder"] == "prepared":
+            who = f'prepared transaction "{h["name"]}"'
+        elif h["holder"] == "slot":
+            who = f'replication slot "{h["name"]}" ({h["state"]})'
+        else:
+            kind = "standby " if h["holder"] == "standby" else ""
+            who = f"{kind}pid {h['pid']}" + (f" ({', '.join(about)})" if about else "")
+        lines.append(f"xmin horizon held {length} by {who} — vacuum cannot clean"
+                     " pgfleet.jobs")
+        if h["query"]:
+            text = h["query"]
+            shown = text if len(text) <= QUERY_SHOWN else text[:QUERY_SHOWN - 3] + "..."
+            lines.append(f"  query: {shown}")
+        elif h["holder"] == "backend" and h["state"] is None:
+            lines.append("  (its state and query are hidden: grant pg_read_all_stats to the"
+                         " role of pgfleet status)")
+    return lines + ([""] if lines else [])
 
 
 def _decoded(text: str) -> Any:
@@ -195,6 +268,7 @@ def render(data: dict[str, Any]) -> str:
     else:
         lines.append("no queues have jobs or workers")
     lines.append("")
+    lines += horizon_lines(data.get("xmin_horizon", {}))
     lines += render_limits(data.get("limits", []))
     if not data["hosts"]:
         lines.append("no pgfleet processes are registered")

@@ -274,6 +274,8 @@ class Supervisor:
 
     def _on_exit(self, child: Child, status: int) -> None:
         mark = self.board.gave_up_leases(child.board_index)  # a worker's chosen exit
+        if self.board.killed_by_keeper(child.board_index):
+            child.killed_for = child.killed_for or "by its keeper: leases not renewed"
         reason, restart_reason, child.gave_up = child_exit_reason(status, child.killed_for, mark)
         slot = child.slot
         was_ready = self.board.was_ready(child.board_index)

@@ -83,13 +83,18 @@ def describe(slot: Slot, count: int) -> str:
 
 def run_slot(config: Config, dsn: str, slot: Slot, me: Identity) -> int:
     """Build the child of `slot`, give it its signal handlers and run it."""
+    from pgfleet.runtime import keeper
     from pgfleet.runtime.exit_codes import EXIT_START_FAILED
-    from pgfleet.runtime.process_groups import lead_own_group
+    from pgfleet.runtime.process_groups import lead_own_group, leads_own_group
 
     if slot.kind == "worker":
         # Before any task code: every process the worker's jobs start joins this group,
         # which the supervisor kills when the worker dies.
         lead_own_group()
+        if leads_own_group():
+            # Before any connection, thread or task code: the keeper bounds the group
+            # when the supervisor is frozen and the worker dead or frozen.
+            keeper.start(me.beacon, config.supervisor.lease)
     child = build(config, dsn, slot, me)
     if child is None:
         return EXIT_START_FAILED

@@ -40,16 +40,16 @@ def complete(conn: psycopg.Connection[Any], worker: str, batch: list[Outcome],
     only when the batch has some. Shared by the worker and pgfleet.testing.run_jobs."""
     successes = [o for o in batch if ended(o) == "succeeded"]
     held = store.complete_succeeded(
-        conn, worker=worker, done=[(o.running.job.id, o.running.job.attempt)
+        conn, worker=worker, done=[(o.running.job.id, o.running.job.fence)
                                    for o in successes],
         results=[o.result for o in successes])
     held |= store.complete_cancelled(conn, worker=worker, done=[
-        (o.running.job.id, o.running.job.attempt) for o in batch
+        (o.running.job.id, o.running.job.fence) for o in batch
         if ended(o) == "cancelled"])
     snoozes = [o for o in batch if ended(o) == "snoozed"]
     if snoozes:
         snoozed = store.complete_snoozed(conn, worker=worker, done=[
-            (o.running.job.id, o.running.job.attempt, o.snooze or 0.0) for o in snoozes],
+            (o.running.job.id, o.running.job.fence, o.snooze or 0.0) for o in snoozes],
             max_snoozes=MAX_SNOOZES)
         held |= snoozed
         for o in snoozes:
@@ -65,7 +65,7 @@ def _failure(outcome: Outcome, default_backoff: Backoff) -> store.Failure:
     task = outcome.running.task
     backoff = (task.backoff if task and task.backoff else None) or default_backoff
     delay = backoff.delay(job.attempt) if outcome.retry_delay is None else outcome.retry_delay
-    return store.Failure(id=job.id, attempt=job.attempt, error=outcome.error or "",
+    return store.Failure(id=job.id, fence=job.fence, error=outcome.error or "",
                          delay=delay, final=outcome.final)
 
 
@@ -174,7 +174,7 @@ class Completer:
         if all(ended(o) == "succeeded" for o in batch):
             # The common batch: one statement, one round trip, one commit.
             done, claimed = store.complete_and_claim(
-                conn, queue=self.queue, done=[(o.running.job.id, o.running.job.attempt)
+                conn, queue=self.queue, done=[(o.running.job.id, o.running.job.fence)
                                               for o in batch],
                 results=[o.result for o in batch], limit=claim_limit,
                 worker=self.worker_id, lease=lease, held=held, held_solo=held_solo,

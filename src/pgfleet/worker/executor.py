@@ -81,7 +81,7 @@ class Running:
     started: float = 0.0
     thread_id: int | None = None
     interrupted: bool = False
-    lost: bool = False  # the row is no longer held by this worker at this attempt
+    lost: bool = False  # the row is no longer held by this run's fence
     # Given back before any thread started it (a stopping worker, or prefetch auto giving
     # back slow jobs): no thread runs it and it has no outcome.
     withdrawn: bool = False
@@ -107,7 +107,7 @@ class Outcome:
 
 
 def last_progress(ended: list[Outcome]) -> list[tuple[int, int, str]]:
-    """(id, attempt, progress JSON) of ended jobs whose latest report is unwritten: the
+    """(id, fence, progress JSON) of ended jobs whose latest report is unwritten: the
     throttle of Executor.progress_due does not apply to a job's last report."""
     due = []
     for outcome in ended:
@@ -115,7 +115,7 @@ def last_progress(ended: list[Outcome]) -> list[tuple[int, int, str]]:
         control = running.control
         if control.progress is not None and control.reported != control.written:
             control.written = control.reported
-            due.append((running.job.id, running.job.attempt, control.progress))
+            due.append((running.job.id, running.job.fence, control.progress))
     return due
 
 
@@ -255,7 +255,8 @@ class Executor:
         job = running.job
         current = context.JobContext(
             id=job.id, queue=self.queue, task=job.task, attempt=job.attempt,
-            max_attempts=job.max_attempts, worker=self.worker_id, control=running.control,
+            max_attempts=job.max_attempts, worker=self.worker_id, fence=job.fence,
+            control=running.control,
         )
         context.set_current(current)
         try:
@@ -360,6 +361,12 @@ class Executor:
                 stuck.append(running)
         return late, stuck
 
+    def lost_runs(self) -> int:
+        """Runs whose job this worker no longer holds and whose outcome is not yet
+        committed: their task may still be running."""
+        return sum(1 for running in self.running.values()
+                   if running.lost and running.started and not running.withdrawn)
+
     def withdraw_waiting(self, keep: int = 0) -> set[int]:
         """Mark the jobs no thread has started, but the first `keep` in claim order, as
         withdrawn: a thread skips them (or raises LeaseLost before any task code), with no
@@ -394,7 +401,7 @@ class Executor:
                 running.deadline = min(running.deadline, time.monotonic() + CANCEL_GRACE)
 
     def progress_due(self, now: float, every: float) -> list[tuple[int, int, str]]:
-        """(id, attempt, progress JSON) of jobs whose latest report is unwritten and whose
+        """(id, fence, progress JSON) of jobs whose latest report is unwritten and whose
         last write is `every` seconds old; marks them written."""
         due = []
         for running in self.running.values():
@@ -405,7 +412,7 @@ class Executor:
                 continue
             control.written = reported
             running.progress_written_at = now
-            due.append((running.job.id, running.job.attempt, text))
+            due.append((running.job.id, running.job.fence, text))
         return due
 
     def interrupt(self, running: Running, reason: type[BaseException] = JobTimeout) -> None:

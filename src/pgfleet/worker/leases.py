@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -41,16 +41,20 @@ class Leases:
     def due(self, now: float) -> bool:
         return now >= self.next_renewal
 
-    def renew(self, conn: psycopg.Connection[Any], executor: Executor) -> None:
+    def renew(self, conn: psycopg.Connection[Any], executor: Executor,
+              also: Mapping[int, int] | None = None) -> None:
         """Heartbeat the process row and renew every running job's lease in one
-        transaction; interrupt the jobs whose rows are no longer this worker's, and cancel
-        those someone asked to cancel."""
+        transaction, and the leases `also` names ({id: fence}, held but not started);
+        interrupt the jobs whose rows are no longer this worker's under their fence, and
+        cancel those someone asked to cancel."""
         # Taken before the statement: the server's new expiry is at least this late.
         sent = time.monotonic()
         with conn.transaction():
             fleet_store.heartbeat_process(conn, self.worker_id)
-            renewed = store.renew_leases(conn, worker=self.worker_id, lease=self.lease,
-                                         ids=list(executor.running))
+            renewed = store.renew_leases(
+                conn, worker=self.worker_id, lease=self.lease,
+                fences={**{job_id: running.job.fence
+                           for job_id, running in executor.running.items()}, **(also or {})})
         self.renewed = sent
         for job_id, running in list(executor.running.items()):
             if job_id not in renewed and not running.lost:

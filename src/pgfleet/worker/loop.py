@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
@@ -43,7 +43,7 @@ from pgfleet.worker.completer import Completer, MetricCache
 from pgfleet.worker.defaults import publish as publish_defaults
 from pgfleet.worker.display import BusyDisplay
 from pgfleet.worker.events import WorkerEvents
-from pgfleet.worker.executor import Executor, Running, WorkerStopping, last_progress
+from pgfleet.worker.executor import Executor, LeaseLost, Running, WorkerStopping, last_progress
 from pgfleet.worker.leases import LEASE_SAFETY, Leases, start_watchdog
 from pgfleet.worker.listener import WAKE_ALL, Listener
 from pgfleet.worker.settings import WorkerSettings
@@ -138,6 +138,9 @@ class Worker(ChildProcess):
         self.display = BusyDisplay(settings.queue, settings.title)
         self.abandoned = False  # set when the process must exit without the database
         self.stuck: set[int] = set()  # jobs that ignored their timeout: never released here
+        # Jobs claimed again while an old run of theirs, whose hold the database lost, still
+        # went on here: held (and renewed) under the new claim, started once that run ended.
+        self.deferred: dict[int, store.ClaimedJob] = {}
 
     @property
     def running(self) -> dict[int, Running]:
@@ -237,6 +240,7 @@ class Worker(ChildProcess):
             if self.conn is None or self.conn.closed:
                 self._connect()
             self._flush()
+            _start_deferred(self)
             if self.stop_mode == "graceful":
                 _withdraw_waiting(self)
             elif (self.executor.unreturned or self.batching.held_too_long(
@@ -278,6 +282,9 @@ class Worker(ChildProcess):
         )
         self.claims.connected(self.conn)
         self.claim_due = True  # a reconnect may have missed notifications: poll at once
+        # Renew before any claim: a job the database lost (a failover) is found lost, and
+        # stopped, before a claim could be offered it again.
+        self.leases.next_renewal = 0.0
         self.events.connects += 1
         self.executor.gate.set()
 
@@ -300,10 +307,13 @@ class Worker(ChildProcess):
 
         No claim while stopping or recycling, nor with a timed-out job's outcome (the
         abandon path flushes it just before the process exits), nor once the outcomes
-        bring the worker to max_jobs. Otherwise a claim is due (a poll, a notification,
-        a reconnect); under flow control also whenever outcomes free slots of the limit
-        this worker held, or a full queue would idle until the next poll."""
-        if self.stop_mode or self.recycle_reason or self.completer.any_timed_out():
+        bring the worker to max_jobs, nor while a run whose job was lost may go on: the
+        database may have gone back in time (a failover) and offer that very job again.
+        Otherwise a claim is due (a poll, a notification, a reconnect); under flow
+        control also whenever outcomes free slots of the limit this worker held, or a
+        full queue would idle until the next poll."""
+        if (self.stop_mode or self.recycle_reason or self.completer.any_timed_out()
+                or self.executor.lost_runs()):
             return 0
         wanted = (self.claim_due or now >= self.next_poll
                   or (self.notified and now >= self.next_notified_claim))
@@ -360,7 +370,10 @@ class Worker(ChildProcess):
 
     def _renew(self) -> None:
         assert self.conn is not None
-        self.leases.renew(self.conn, self.executor)
+        self.leases.renew(self.conn, self.executor,
+                          also={job.id: job.fence for job in self.deferred.values()})
+        if self.beacon is not None:  # for the keeper (pgfleet.runtime.keeper)
+            self.beacon.leases_renewed(self.leases.renewed)
         self.recycle_reason = self.recycle_reason or over_memory(self.s.max_memory)
 
     # ---- timeouts and leases, with or without the database ---------------------------------
@@ -394,6 +407,9 @@ class Worker(ChildProcess):
         self.exit_code = EXIT_LEASE_LOST
         self.stop_mode = "quick"
         self.abandoned = True
+        if self.reconnect.last_error:
+            log.error("worker %s: last database error: %s", self.s.worker_id,
+                      self.reconnect.last_error)
 
     # ---- wake-ups and the process title --------------------------------------------------
 
@@ -421,10 +437,43 @@ def _withdraw_waiting(worker: Worker, keep: int = 0) -> None:
     ids = worker.executor.withdraw_waiting(keep)
     if not ids:
         return
-    back = store.withdraw(worker.conn, worker=worker.s.worker_id, ids=sorted(ids))
+    back = store.withdraw(worker.conn, worker=worker.s.worker_id, fences=_fences(worker, ids))
     log.info("withdrew %d job(s) no thread had started: %s", len(back), back)
     for job_id in ids:
         worker.executor.release(job_id)
+
+
+def _fences(worker: Worker, ids: Iterable[int]) -> dict[int, int]:
+    """{id: fence} of the jobs `ids` this worker runs, in id order."""
+    return {job_id: worker.running[job_id].job.fence for job_id in sorted(ids)
+            if job_id in worker.running}
+
+
+def _without_runs_going_on(worker: Worker, jobs: list[store.ClaimedJob]
+                           ) -> list[store.ClaimedJob]:
+    """The claimed jobs that no thread of this worker runs already. The database offered
+    a job this worker still runs only if it lost that hold (a failover rewound the row):
+    the old run is stopped, and the new claim is held (and renewed) until that run has
+    ended, then started (_start_deferred); no claim follows meanwhile (_claim_limit)."""
+    again = [job for job in jobs if job.id in worker.running]
+    if not again:
+        return jobs
+    for job in again:
+        log.warning("job %d was claimed again while this worker still runs it: the database"
+                    " lost this worker's claim (a failover?); it starts again once the old"
+                    " run has stopped", job.id)
+        worker.executor.interrupt(worker.running[job.id], LeaseLost)
+        worker.deferred[job.id] = job
+    return [job for job in jobs if job.id not in worker.deferred]
+
+
+def _start_deferred(worker: Worker) -> None:
+    """Start the jobs held back by _without_runs_going_on whose old run has ended."""
+    ready = [job for job_id, job in worker.deferred.items() if job_id not in worker.running]
+    for job in ready:
+        del worker.deferred[job.id]
+    if ready:
+        _admit(worker, ready)
 
 
 def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
@@ -438,8 +487,13 @@ def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
     worker.empty_claims = 0 if jobs else worker.empty_claims + 1
     worker.next_notified_claim = now + notify_gap(worker.empty_claims)
     worker.events.polls += 1
-    if not jobs:
-        return
+    jobs = _without_runs_going_on(worker, jobs)
+    if jobs:
+        _admit(worker, jobs)
+
+
+def _admit(worker: Worker, jobs: list[store.ClaimedJob]) -> None:
+    """Give claimed jobs to the executor threads."""
     # The bookkeeping goes before the jobs: a job's thread cannot start it before this
     # thread lets go of the GIL (its next wait), so what this thread does after the first
     # job is queued delays that job.
@@ -449,6 +503,9 @@ def _hand_out(worker: Worker, jobs: list[store.ClaimedJob], limit: int) -> None:
                          [max(0.0, job.wait_seconds) for job in jobs])
     for label, count in Counter(running.label for running in admitted).items():
         worker.metric(metrics.jobs_started, worker.s.queue, label).inc(count)
+    # The keeper must know of the jobs before a thread can start one.
+    worker.busy = len(worker.running)
+    worker.beat()
     for running in admitted:
         worker.executor.hand(running)
 
@@ -480,15 +537,23 @@ def _shut_down(worker: Worker) -> None:
             worker._connect()
         assert worker.conn is not None
         worker._flush()
+        if worker.deferred:
+            store.withdraw(worker.conn, worker=worker.s.worker_id,
+                           fences={job.id: job.fence for job in worker.deferred.values()})
+            worker.deferred.clear()
         if withdrawn:
-            ids = store.withdraw(worker.conn, worker=worker.s.worker_id, ids=sorted(withdrawn))
+            ids = store.withdraw(worker.conn, worker=worker.s.worker_id,
+                                 fences=_fences(worker, withdrawn))
             log.info("withdrew %d job(s) no thread had started: %s", len(ids), ids)
         if stopped:
-            ids = store.give_back(worker.conn, worker=worker.s.worker_id, ids=sorted(stopped))
+            ids = store.give_back(worker.conn, worker=worker.s.worker_id,
+                                  fences=_fences(worker, stopped))
             if ids:
                 log.info("gave back %d unfinished job(s): %s", len(ids), ids)
         for job_id in withdrawn | stopped:
             worker.executor.release(job_id)
+        worker.busy = len(worker.running)  # the keeper holds it to no lease it gave back
+        worker.beat()
         if worker.running:
             log.warning("left %d job(s) leased, their threads still running: %s; they "
                         "are returned once this process is gone", len(worker.running),

@@ -11,19 +11,19 @@
 -- on each claim nor fitted to the table as it was when first planned. The lease UPDATE
 -- finds its rows by `id = ANY(...)`, a primary-key probe per claimed row, not by a join.
 -- JIT is off: a disabled path counts 1e10 in the cost, which must never turn JIT on.
--- The walk: due and future rows share jobs_claim_idx (queue, priority, run_at, id), so the
--- claim walks it one priority at a time and reads each priority's rows only up to now():
--- a plain ORDER BY priority, run_at, id LIMIT n scan that finds fewer than n due rows
--- reads every future row of the priority before it can stop. The cost is one index probe
--- per priority visited, plus one when the claim comes short.
+-- The walk: one priority at a time, from that priority's head (queue_heads) and only up
+-- to now(), so jobs scheduled for later are never read, nor the dead entries that every
+-- claimed row leaves at the front of jobs_claim_idx while an old snapshot may still see
+-- it. The cost is one index probe per priority with a head, plus the entries of the jobs
+-- claimed since maintenance last moved the heads.
 -- Solo: a solo job goes only to a worker that holds nothing, alone; a worker holding one
 -- claims nothing more. A solo job among the locked rows stops a busy worker's claim, so
 -- the worker drains and takes it next.
 -- after_*: the claim key (priority, run_at, id) to start past, the last row of the
--- worker's previous full claim (NULL: from the head). Every claimed row leaves a dead
--- entry at the head of jobs_claim_idx that nothing removes during a drain, and a claim
--- from the head steps over all of them. The worker goes back to the head when a claim
--- comes back short, on a notification and once per poll interval (pgfleet.worker.claim_cursor).
+-- worker's previous full claim (NULL: from the heads): during a drain it is past the
+-- entries claimed since the heads last moved. The worker goes back to the heads when a
+-- claim comes back short, on a notification and once per poll interval
+-- (pgfleet.worker.claim_cursor).
 -- held / held_solo: what the worker holds (it knows the jobs running in its process, which
 -- is what containment is about); NULL counts its running rows instead, a scan of every
 -- running row that a worker claiming thousands of times a second should not pay.
@@ -47,7 +47,7 @@ CREATE OR REPLACE FUNCTION pgfleet.claim_jobs(
     max_bytes      bigint
 ) RETURNS TABLE (id bigint, task text, args text, attempt integer, max_attempts integer,
                  args_size integer, wait_seconds float8, solo boolean, priority integer,
-                 run_at timestamptz, meta text, more boolean)
+                 run_at timestamptz, meta text, more boolean, fence bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 -- A queue's lock held by a session that stopped talking is waited for this long, then the
@@ -74,6 +74,11 @@ DECLARE
     key_running  integer[] := '{}';
     full_keys    text[] := '{}';
 BEGIN
+    -- Nothing starts on a database that has just changed under the fleet (a failover)
+    -- while a run it lost may go on (functions/epoch_check.sql).
+    IF pgfleet.epoch_check(claim_jobs.lease, false) IS NOT NULL THEN
+        RETURN;
+    END IF;
     -- Flow control, when the queue has published limits: the claim takes the queue's lock
     -- (its queue_limits row), so the claims of one queue count running jobs and recent
     -- starts one after another, and takes no more than the limits leave.
@@ -116,29 +121,26 @@ BEGIN
                  GROUP BY 1) r;
     END IF;
     RETURN QUERY
-    WITH RECURSIVE mine AS MATERIALIZED (
+    WITH mine AS MATERIALIZED (
         -- What this worker runs, when it did not say (crash containment).
         SELECT count(*) AS jobs, coalesce(bool_or(h.solo), false) AS solo
           FROM pgfleet.jobs h
          WHERE h.lease_holder = claim_jobs.worker AND h.state = 'running'
-    ), start (priority, run_at, id) AS (
-        -- Past the worker's claim cursor, or from the head of the queue.
-        SELECT claim_jobs.after_priority, claim_jobs.after_run_at, claim_jobs.after_id + 1
-         WHERE claim_jobs.after_id IS NOT NULL
-        UNION ALL
-        (SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-          WHERE f.queue = q AND f.state = 'queued' AND claim_jobs.after_id IS NULL
-          ORDER BY f.priority, f.run_at, f.id LIMIT 1)
-    ), prio (priority, run_at, id) AS (
-        -- One priority at a time, one index probe each: a priority's rows are read only up
-        -- to now(), so jobs scheduled for later are never walked.
-        SELECT s.priority, s.run_at, s.id FROM start s
-        UNION ALL
-        SELECT x.priority, x.run_at, x.id
-          FROM prio p CROSS JOIN LATERAL (
-               SELECT f.priority, f.run_at, f.id FROM pgfleet.jobs f
-                WHERE f.queue = q AND f.state = 'queued' AND f.priority > p.priority
-                ORDER BY f.priority, f.run_at, f.id LIMIT 1) x
+    ), prio (priority, run_at, id) AS MATERIALIZED (
+        -- Each priority's head (queue_heads), or the worker's cursor where that is past it
+        -- in its priority: every waiting row of the priority is at or past its head, so the
+        -- walk starts past the dead entries of the jobs claimed before.
+        SELECT h.priority,
+               CASE WHEN h.priority = claim_jobs.after_priority
+                         AND (claim_jobs.after_run_at, claim_jobs.after_id + 1) > (h.run_at, h.id)
+                    THEN claim_jobs.after_run_at ELSE h.run_at END,
+               CASE WHEN h.priority = claim_jobs.after_priority
+                         AND (claim_jobs.after_run_at, claim_jobs.after_id + 1) > (h.run_at, h.id)
+                    THEN claim_jobs.after_id + 1 ELSE h.id END
+          FROM pgfleet.queue_heads h
+         WHERE h.queue = q
+           AND (claim_jobs.after_id IS NULL OR h.priority >= claim_jobs.after_priority)
+         ORDER BY h.priority
     ), c AS MATERIALIZED (
         SELECT d.id, d.solo, d.bytes
           FROM prio p CROSS JOIN LATERAL (
@@ -192,7 +194,9 @@ BEGIN
            SET state = 'running', attempt = least(j.attempt, 999999) + 1,
                lease_holder = claim_jobs.worker,
                lease_expires_at = now() + make_interval(secs => claim_jobs.lease),
-               started_at = started
+               started_at = started,
+               fence = (floor(random() * 2147483648)::bigint << 31)
+                       | floor(random() * 2147483648)::bigint
          WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
         RETURNING j.id, j.task, j.args::text AS args, j.attempt, j.max_attempts,
                   CASE WHEN isfinite(j.run_at)
@@ -201,7 +205,7 @@ BEGIN
                   -- The claim cursor's key; any run_at before 1970 keys it alike, and
                   -- '-infinity' is no Python datetime.
                   greatest(j.run_at, '1970-01-01 00:00:00+00'::timestamptz) AS run_at,
-                  nullif(j.meta, '{}'::jsonb)::text AS meta
+                  nullif(j.meta, '{}'::jsonb)::text AS meta, j.fence
     )
     -- Args are turned into text once, and sent only within args_limit.
     SELECT l.id, l.task,
@@ -209,7 +213,7 @@ BEGIN
            l.attempt, l.max_attempts, octet_length(l.args), l.waited, l.solo, l.priority,
            l.run_at, l.meta,
            -- Due rows left behind by the budget: the worker claims again soon.
-           (SELECT count(*) FROM fits) < (SELECT count(*) FROM c)
+           (SELECT count(*) FROM fits) < (SELECT count(*) FROM c), l.fence
       FROM leased l;
     IF limited AND lim.rate_limit IS NOT NULL THEN
         -- A rate-limited queue's starts, read back by the next claims' window.
