@@ -171,12 +171,13 @@ class Sampler:
 
     def take(self) -> dict[str, Any]:
         sample: dict[str, Any] = {"at": time.time(), "produced": self.producer.sent,
-                                  "statements": {}}
-        for label, pattern in self.system.statements.items():
-            rows = self.conn.execute(STATEMENTS_SQL, (pattern,)).fetchall()
-            sample["statements"][label] = {
-                f: float(sum(r[i] for r in rows))
-                for i, f in enumerate(stats.STATEMENT_FIELDS)}
+                                  "statements": {}, "beside": {}}
+        for key, patterns in (("statements", self.system.statements),
+                              ("beside", self.system.beside)):
+            for label, pattern in patterns.items():
+                rows = self.conn.execute(STATEMENTS_SQL, (pattern,)).fetchall()
+                sample[key][label] = {f: float(sum(r[i] for r in rows))
+                                      for i, f in enumerate(stats.STATEMENT_FIELDS)}
         row = self.conn.execute(TABLE_SQL, (self.system.claim_index,
                                             self.system.table)).fetchone()
         assert row is not None
@@ -291,7 +292,9 @@ def _line(system: str, rate: int, holder: str, w: dict[str, Any]) -> str:
             f" claim {stats.num(claim['ms'], 2):>7} ms {stats.num(claim['buffers']):>7} buf"
             f" dead {stats.num(w['dead_tuples']):>9}"
             f" index {w['claim_index_bytes'] / 2**20:.1f} MiB load {w['load1']:.1f}"
-            f" cpu db {w['server_cpu']:.2f} workers {w['workers_cpu']:.2f}")
+            f" cpu db {w['server_cpu']:.2f} workers {w['workers_cpu']:.2f}"
+            + "".join(f" {label} {stats.num(c['ms'], 2)} ms x{c['calls']}"
+                      for label, c in w.get("beside", {}).items()))
 
 
 def run_cell(cluster: Cluster, db: ClusterDatabase, system: System, rate: int, holder: str,

@@ -96,6 +96,13 @@ def per_call(counters: dict[str, float]) -> dict[str, float | None]:
             "buffers": counters["buffers"] / calls, "rows": counters["rows"] / calls}
 
 
+def _beside(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Statements watched beside the claim (pgfleet's move_heads), per call; never part
+    of the claim's figures."""
+    delta = statement_delta(before.get("beside", {}), after.get("beside", {}))
+    return {label: per_call(c) for label, c in delta.items()}
+
+
 def _latency(values: list[float]) -> dict[str, float | None]:
     values.sort()
     return {"p50_ms": quantile(values, 0.5), "p99_ms": quantile(values, 0.99)}
@@ -125,6 +132,7 @@ def windows(samples: Sequence[dict[str, Any]], starts: Sequence[Start],
             **_latency([lat for _, lat in starts[lo:hi]]),
             "claim": per_call(combine(claims)),
             "statements": {label: per_call(c) for label, c in claims.items()},
+            "beside": _beside(before, after),
             "server_cpu": (after["server_cpu_s"] - before["server_cpu_s"]) / seconds,
             "workers_cpu": (after["workers_cpu_s"] - before["workers_cpu_s"]) / seconds,
         }
@@ -153,6 +161,7 @@ def cell_summary(samples: Sequence[dict[str, Any]], starts: Sequence[Start]
         **_latency(inside),
         "claim": per_call(combine(claims)),
         "statements": {label: per_call(c) for label, c in claims.items()},
+        "beside": _beside(first, last),
         "dead_tuples_end": last.get("dead_tuples"),
         "dead_tuples_max": max(dead) if dead else None,
         "table_bytes_end": last.get("table_bytes"),

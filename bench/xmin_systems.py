@@ -108,6 +108,8 @@ class System:
     # label -> LIKE pattern finding the statement in pg_stat_statements by its text.
     statements: dict[str, str]
     truncate: list[str] = field(default_factory=list)
+    # Other statements worth watching, label -> LIKE pattern; not part of the claim.
+    beside: dict[str, str] = field(default_factory=dict)
 
     def setup(self, dsn: str) -> None:
         raise NotImplementedError
@@ -130,6 +132,10 @@ class Pgfleet(System):
     def setup(self, dsn: str) -> None:
         subprocess.run(["pgfleet", "--database-url", dsn, "migrate"], check=True,
                        env=child_env(), stdout=subprocess.DEVNULL)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            heads = conn.execute("SELECT to_regclass('pgfleet.queue_heads')").fetchone()
+        if heads is not None and heads[0] is not None:  # emptied with the jobs they point into
+            self.truncate.append("pgfleet.queue_heads")
 
     def producer(self, dsn: str) -> Producer:
         return PgfleetProducer(dsn)
@@ -235,10 +241,17 @@ def system_name(name: str) -> bool:
 
 def make(name: str) -> System:
     if name == "pgfleet":
-        return Pgfleet("pgfleet", "pgfleet.jobs", "pgfleet.jobs_claim_idx",
-                       {"claim_jobs": "%pgfleet.claim_jobs(%",
-                        "complete_and_claim_jobs": "%pgfleet.complete_and_claim_jobs(%"},
-                       ["pgfleet.jobs", "pgfleet.processes"])
+        # The claim alone, and fused with the previous batch's completion (named
+        # succeed_and_claim_jobs since migration 0027, complete_and_claim_jobs before).
+        system = Pgfleet("pgfleet", "pgfleet.jobs", "pgfleet.jobs_claim_idx",
+                         {"claim_jobs": "%pgfleet.claim_jobs(%",
+                          "succeed_and_claim_jobs": "%pgfleet.succeed_and_claim_jobs(%",
+                          "complete_and_claim_jobs": "%pgfleet.complete_and_claim_jobs(%"},
+                         ["pgfleet.jobs", "pgfleet.processes"])
+        # Where the claims start, moved by maintenance (migration 0028): reported beside
+        # the claims, never added to them.
+        system.beside = {"move_heads": "%pgfleet.move_heads(%"}
+        return system
     if name == "pgqueuer" or (name.startswith("pgqueuer-b") and system_name(name)):
         # Its dequeue is one statement built around the CTE next_queued.
         system = Pgqueuer(name, "pgqueuer", "", {"dequeue": "%next_queued%"})

@@ -98,6 +98,19 @@ def test_a_window_of_the_last_samples_counts_from_the_cell_start() -> None:
     assert w["t"] == 10.0 and w["dequeued_per_s"] == 0.2 and w["backlog"] == 6
 
 
+def test_statements_beside_the_claim_are_reported_apart() -> None:
+    before, after = sample(0.0, 0, calls=1, ms=1), sample(5.0, 10, calls=3, ms=5)
+    before["beside"] = {"move_heads": {"calls": 2, "ms": 2, "buffers": 2, "read": 0,
+                                       "rows": 2}}
+    after["beside"] = {"move_heads": {"calls": 4, "ms": 12, "buffers": 42, "read": 0,
+                                      "rows": 4}}
+    (w,) = stats.windows([before, after], [])
+    assert w["claim"]["calls"] == 2 and w["claim"]["ms"] == 2.0
+    assert w["beside"] == {"move_heads": {"calls": 2, "ms": 5.0, "buffers": 20.0,
+                                          "rows": 1.0}}
+    assert stats.cell_summary([before, after], [])["beside"]["move_heads"]["calls"] == 2
+
+
 def test_a_window_without_claims_or_starts_has_no_means() -> None:
     (w,) = stats.windows([sample(0.0, 0), sample(5.0, 10)], [])
     assert w["claim"] == {"calls": 0, "ms": None, "buffers": None, "rows": None}
