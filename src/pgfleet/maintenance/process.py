@@ -151,6 +151,10 @@ class Maintenance(DatabaseChild):
         fleet_store.move_heads(conn)
         self._rescue_stale(conn)
         if now >= self.next_prune:
+            if made := fleet_store.find_heads(conn):
+                log.warning("%d queue/priority pair(s) had waiting jobs before their head or no"
+                            " head (written with triggers off?); their claims reach them now",
+                            made)
             self._prune(conn)
             self.next_prune = now + PRUNE_EVERY
         self._measure(conn)

@@ -135,6 +135,11 @@ def move_heads(conn: Conn) -> int:
     return int(_scalar(conn, "move_heads", {}) or 0)
 
 
+def find_heads(conn: Conn) -> int:
+    """Give a head to every queue and priority with waiting rows and none; how many."""
+    return int(_scalar(conn, "find_heads", {}) or 0)
+
+
 def db_now(conn: Conn) -> datetime:
     now: datetime = _scalar(conn, "db_now")
     return now

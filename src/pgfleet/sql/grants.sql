@@ -37,6 +37,7 @@ GRANT EXECUTE ON FUNCTION pgfleet.claim_jobs(text, integer, text, float8, intege
 GRANT EXECUTE ON FUNCTION pgfleet.complete_and_claim_jobs(bigint[], jsonb, jsonb, text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.claim_jobs(text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint, bigint) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.move_heads() TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.find_heads() TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.complete_and_claim_jobs(bigint[], jsonb, jsonb, text, integer, text, float8, integer, bigint, boolean, integer, timestamptz, bigint, bigint) TO {runtime};
 
 -- role: runtime-pooler

@@ -577,6 +577,10 @@ SELECT pgfleet.epoch_check(%(lease)s::float8, true)
 -- Moves the claims' heads forward past the jobs claimed since (functions/move_heads.sql).
 SELECT pgfleet.move_heads()
 
+-- name: find_heads :scalar
+-- Heads for waiting rows written with triggers off (functions/find_heads.sql).
+SELECT pgfleet.find_heads()
+
 -- name: db_now :scalar
 -- The scheduler's only clock: every host agrees on the server's time.
 SELECT now()

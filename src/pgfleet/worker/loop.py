@@ -281,6 +281,9 @@ class Worker(ChildProcess):
             kind="worker", queue=self.s.queue, supervisor=self.s.supervisor_id,
         )
         self.claims.connected(self.conn)
+        # Rows written with triggers off lowered no head: this claim would never reach them
+        # (a worker may run without a supervisor's maintenance).
+        fleet_store.find_heads(self.conn)
         self.claim_due = True  # a reconnect may have missed notifications: poll at once
         # Renew before any claim: a job the database lost (a failover) is found lost, and
         # stopped, before a claim could be offered it again.

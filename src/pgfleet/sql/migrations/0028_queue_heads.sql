@@ -38,6 +38,9 @@ CREATE TRIGGER jobs_heads_requeued
 CREATE FUNCTION pgfleet.move_heads() RETURNS integer
 LANGUAGE plpgsql AS $$ BEGIN RETURN 0; END $$;
 REVOKE ALL ON FUNCTION pgfleet.move_heads() FROM PUBLIC;
+CREATE FUNCTION pgfleet.find_heads() RETURNS integer
+LANGUAGE plpgsql AS $$ BEGIN RETURN 0; END $$;
+REVOKE ALL ON FUNCTION pgfleet.find_heads() FROM PUBLIC;
 DO $$
 DECLARE
     role text;
@@ -51,6 +54,7 @@ BEGIN
         EXECUTE pg_catalog.format(
             'GRANT SELECT, INSERT, UPDATE ON pgfleet.queue_heads TO %s', role);
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION pgfleet.move_heads() TO %s', role);
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION pgfleet.find_heads() TO %s', role);
     END LOOP;
 END;
 $$;
