@@ -85,7 +85,7 @@ class Scheduler(DatabaseChild):
         # This host's config, every entry (a disabled one is a definition too: a newer
         # config that disables a schedule stops the older hosts' fires).
         self.own: dict[str, dict[str, Any]] = {
-            name: definition(s) for name, s in config.schedules.items()
+            name: s.definition() for name, s in config.schedules.items()
         }
         self.host = socket.gethostname()
         self.holder = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -129,8 +129,20 @@ class Scheduler(DatabaseChild):
             if self.reconnect.succeeded():
                 log.info("scheduler reconnected to the database")
             last_pass = time.monotonic()
+        self.retire()
         self.drop_connection()
         return 0
+
+    def retire(self) -> None:
+        """Stop counting as a live scheduler, so a reload's new definitions win at once."""
+        if self.conn is None:
+            return
+        try:
+            fleet_store.retire_schedule_holder(self.conn, self.holder)
+        except psycopg.Error as exc:
+            # Then this scheduler's rows stop counting a minute after its last pass.
+            log.warning("scheduler could not retire its schedules: %s",
+                        first_line(exc, self.dsn))
 
     def _time_to_next_pass(self, anchor: tuple[datetime, float] | None,
                            last_pass: float) -> float:
@@ -321,11 +333,6 @@ class Scheduler(DatabaseChild):
         if self.reported.get(name) != error:
             self.reported[name] = error
             log.error("schedule %s: %s: %s", name, verb, scrub(error, self.dsn))
-
-
-def definition(schedule: ScheduleConfig) -> dict[str, Any]:
-    """A schedule as published: every field that decides what fires and when."""
-    return schedule.model_dump(mode="json")
 
 
 def _count_text(count: int) -> str:

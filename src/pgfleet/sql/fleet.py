@@ -231,3 +231,7 @@ def schedule_remove(conn: Conn, name: str) -> None:
 
 def schedule_run_now(conn: Conn, name: str) -> int:
     return int(_scalar(conn, "schedule_run_now", {"name": name}))
+
+
+def retire_schedule_holder(conn: Conn, holder: str) -> None:
+    _exec(conn, "retire_schedule_holder", {"holder": holder})

@@ -589,14 +589,14 @@ SELECT name, host, holder, definition, first_published_at FROM pgfleet.schedule_
  WHERE seen_at >= now() - interval '1 minute' ORDER BY name, host, holder
 
 -- name: schedule_add :exec
-SELECT pgfleet.schedule_add(%(name)s, %(cron)s, %(task)s, %(args)s::jsonb, %(timezone)s,
-                            %(queue)s, %(priority)s, %(max_delay)s)
+SELECT FROM pgfleet.schedule_add(%(name)s, %(cron)s, %(task)s, %(args)s::jsonb, %(timezone)s,
+                                 %(queue)s, %(priority)s, %(max_delay)s)
 
 -- name: schedule_pause :exec
-SELECT pgfleet.schedule_pause(%(name)s, %(paused)s)
+SELECT FROM pgfleet.schedule_pause(%(name)s, %(paused)s)
 
 -- name: schedule_remove :exec
-SELECT pgfleet.schedule_remove(%(name)s)
+SELECT FROM pgfleet.schedule_remove(%(name)s)
 
 -- name: schedule_run_now :scalar
 SELECT pgfleet.schedule_run_now(%(name)s)
@@ -819,3 +819,10 @@ SELECT (SELECT coalesce(sum(pg_stat_get_dead_tuples(t.relid)), 0)
           FROM (SELECT rel.idx AS relid UNION SELECT relid FROM pg_partition_tree(rel.idx)) t
        )::bigint AS claim_index_bytes
   FROM rel
+
+-- name: retire_schedule_holder :exec
+-- A scheduler that stops no longer counts as live, but its rows stay a week: they keep
+-- the date each definition was first published, so an older config started again later
+-- does not count as new.
+UPDATE pgfleet.schedule_holders SET seen_at = now() - interval '2 minutes'
+ WHERE holder = %(holder)s

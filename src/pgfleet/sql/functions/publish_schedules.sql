@@ -1,5 +1,6 @@
 -- A scheduler's pass: record what its config says (definitions: an object of name ->
--- definition; holder: this scheduler, host: its host), then return every schedule to fire.
+-- definition; holder: this scheduler, host: its host), then return what it fires: its
+-- config's names, as published, and every runtime schedule.
 -- For a config name, the definition fired is the one first published latest among
 -- schedulers seen in the last minute: the newest config wins, whichever host asks, and a
 -- host restarted with an older config does not win the name back. A name added at
@@ -61,11 +62,11 @@ BEGIN
      WHERE s.source = 'config'
        AND NOT EXISTS (SELECT 1 FROM pgfleet.schedule_holders h WHERE h.name = s.name);
 
+    -- This scheduler fires the names of its own config and every runtime schedule: a
+    -- name removed from one host's config still fires on the hosts that keep it.
     RETURN QUERY
     SELECT s.name, s.source, s.definition, s.paused FROM pgfleet.schedules s
-     WHERE s.source = 'runtime'
-        OR EXISTS (SELECT 1 FROM pgfleet.schedule_holders h
-                    WHERE h.name = s.name AND h.seen_at >= now() - interval '1 minute')
+     WHERE s.source = 'runtime' OR publish_schedules.definitions ? s.name
      ORDER BY s.name;
 END;
 $$;
