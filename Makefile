@@ -1,7 +1,7 @@
 # The two commands of the README: `make setup` installs everything, `make test` runs the tests.
 PYTHON ?= python3
 
-.PHONY: setup pgbouncer-service-off test lint quickstart bench lock
+.PHONY: setup pgbouncer-service-off test lint quickstart bench lock audit
 
 setup:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
@@ -36,11 +36,27 @@ lint:
 	$(PYTHON) -m ruff check src tests bench examples
 	$(PYTHON) -m mypy
 
-# requirements.lock: the image's dependencies, pinned with the hashes of every file of
-# each release. pip-tools runs from a throwaway virtualenv: a tool, not a dependency.
+# requirements.lock: pgfleet's dependencies with every extra the image or the docs install
+# (web, otel, embedded), pinned with the hashes of every file of each release. pip-tools
+# runs from a throwaway virtualenv: a tool, not a dependency.
 lock:
-	$(PYTHON) -m venv /tmp/pgfleet-piptools
-	/tmp/pgfleet-piptools/bin/pip install -q pip-tools
-	/tmp/pgfleet-piptools/bin/pip-compile --quiet --strip-extras --generate-hashes \
+	@tools=$$(mktemp -d) && trap 'rm -rf "$$tools"' EXIT && \
+	$(PYTHON) -m venv "$$tools" && \
+	"$$tools/bin/pip" install -q pip-tools && \
+	"$$tools/bin/pip-compile" --quiet --strip-extras --generate-hashes \
 	  --allow-unsafe --build-deps-for=wheel --no-emit-index-url --no-emit-find-links \
+	  --extra web --extra otel --extra embedded \
 	  --output-file requirements.lock pyproject.toml
+
+# pip-audit over requirements.lock, from a throwaway virtualenv like `lock`. It needs the
+# network (PyPI's advisories); without one it says so and fails.
+audit:
+	@$(PYTHON) -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/pip-audit/', timeout=10)" 2>/dev/null || \
+	  { echo "make audit: no network: https://pypi.org cannot be reached, so no advisory was checked" >&2; exit 2; }
+	@tools=$$(mktemp -d) && trap 'rm -rf "$$tools"' EXIT && \
+	$(PYTHON) -m venv "$$tools" && \
+	"$$tools/bin/pip" install -q pip-audit && \
+	"$$tools/bin/pip-audit" --progress-spinner off --strict --disable-pip --require-hashes \
+	  -r requirements.lock || { echo "make audit: failed: an advisory above, or a pinned" \
+	  "release the advisory service does not know (then nothing was checked for it)" >&2; \
+	  exit 1; }; echo "make audit: no known advisory in requirements.lock"
