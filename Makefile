@@ -1,19 +1,13 @@
 # The two commands of the README: `make setup` installs everything, `make test` runs the tests.
-PYTHON ?= python3
+# make setup puts pgfleet in .venv when the system's Python refuses pip (PEP 668); every
+# target then uses that one.
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 
 .PHONY: setup pgbouncer-service-off test lint quickstart bench lock audit
 
+# What it installs, where and why: scripts/setup.sh says each on one line.
 setup:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
-	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer && \
-	   $(MAKE) --no-print-directory pgbouncer-service-off)
-	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime)
-	@command -v chromium >/dev/null || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
-	$(PYTHON) -m pip install -q -e '.[dev,embedded,web]'
+	@PYTHON=$(PYTHON) sh scripts/setup.sh
 
 # Debian's package enables (and, where services may start, starts) a system PgBouncer on
 # port 6432. The tests run their own, so the one `make setup` has just installed is stopped
