@@ -32,7 +32,36 @@ CREATE TABLE pgfleet.schedule_holders (
 );
 CREATE INDEX schedule_holders_name_idx ON pgfleet.schedule_holders (name, seen_at);
 
--- The roles that may fire schedules (write schedule_runs) get the new tables too.
+-- The functions' signatures, so that the roles below can be granted them; every migrate
+-- then gives them their bodies from functions/ (CREATE OR REPLACE keeps the grants).
+CREATE FUNCTION pgfleet.publish_schedules(holder text, host text, definitions jsonb)
+RETURNS TABLE (name text, source text, definition jsonb, paused boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RAISE EXCEPTION 'pgfleet: run pgfleet migrate to the end'; END; $$;
+CREATE FUNCTION pgfleet.schedule_add(
+    name text, cron text, task text, args jsonb DEFAULT '{}', timezone text DEFAULT 'UTC',
+    queue text DEFAULT 'default', priority integer DEFAULT 0, max_delay float8 DEFAULT 3600
+) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RAISE EXCEPTION 'pgfleet: run pgfleet migrate to the end'; END; $$;
+CREATE FUNCTION pgfleet.schedule_pause(name text, paused boolean DEFAULT true) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RAISE EXCEPTION 'pgfleet: run pgfleet migrate to the end'; END; $$;
+CREATE FUNCTION pgfleet.schedule_remove(name text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RAISE EXCEPTION 'pgfleet: run pgfleet migrate to the end'; END; $$;
+CREATE FUNCTION pgfleet.schedule_run_now(name text) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RAISE EXCEPTION 'pgfleet: run pgfleet migrate to the end'; END; $$;
+REVOKE ALL ON FUNCTION pgfleet.publish_schedules(text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgfleet.schedule_add(text, text, text, jsonb, text, text, integer,
+                                            float8) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgfleet.schedule_pause(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgfleet.schedule_remove(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgfleet.schedule_run_now(text) FROM PUBLIC;
+
+-- The roles that fire schedules (may write schedule_runs) keep firing them: they get the
+-- new tables and functions, as `pgfleet grants` gives the runtime role.
 DO $$
 DECLARE
     role text;
@@ -46,6 +75,11 @@ BEGIN
         EXECUTE pg_catalog.format(
             'GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.schedules, '
             'pgfleet.schedule_holders TO %s', role);
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION pgfleet.publish_schedules(text, text, jsonb), '
+            'pgfleet.schedule_add(text, text, text, jsonb, text, text, integer, float8), '
+            'pgfleet.schedule_pause(text, boolean), pgfleet.schedule_remove(text), '
+            'pgfleet.schedule_run_now(text) TO %s', role);
     END LOOP;
 END;
 $$;
