@@ -283,3 +283,18 @@ def test_cron_commands_add_pause_resume_run_now_and_remove(dsn: str) -> None:
     assert gone.returncode == 1 and "no schedule named 'rt'" in gone.stderr
     assert pgfleet(dsn, "cron", "list").stdout == "no schedules\n"
     assert scalar(dsn, "SELECT args::text FROM pgfleet.jobs ORDER BY id LIMIT 1") == '{"n": 2}'
+
+
+def test_a_bad_definition_added_by_sql_logs_one_error_and_fires_nothing(
+        dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    # SQL cannot check a cron expression; the scheduler refuses it, and only it.
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    sql(dsn, "SELECT pgfleet.schedule_add('bad', '61 * * * *', 'noop')")
+    sql(dsn, "SELECT pgfleet.schedule_add('good', '* * * * * *', 'noop')")
+    with running(config(), dsn):
+        wait_for(lambda: len(fire_times(dsn, "good")) >= 3, timeout=30, interval=0.1)
+    assert fire_times(dsn, "bad") == []
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("schedule bad: its definition in pgfleet.schedules is refused")
+    assert "61" in errors[0]

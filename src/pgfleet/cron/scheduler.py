@@ -213,8 +213,9 @@ class Scheduler(DatabaseChild):
                 schedule = ScheduleConfig.model_validate(entry.definition)
             except ValidationError as exc:
                 problem = "; ".join(e["msg"] for e in exc.errors())
-                self._report(entry.name, f"its definition in pgfleet.schedules is refused:"
-                                         f" {problem}", verb="could not read its definition")
+                self._report(entry.name, problem,
+                             verb="its definition in pgfleet.schedules is refused, so it"
+                                  " fires nothing")
                 continue
             if entry.name not in self.schedules:
                 metrics.schedule_runs.labels(entry.name)  # at 0 from the start
