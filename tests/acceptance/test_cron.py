@@ -157,6 +157,8 @@ def test_a_runtime_schedule_and_its_pause_survive_a_supervisor_restart(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pgfleet.schedule_pause('rt', false)")
     wait_for(lambda: fire_times(dsn, "rt")[-1] > paused_at, timeout=60)
+    third.signal(signal.SIGTERM)  # no fire between the two counts below
+    assert third.wait(60) == 0
     times = fire_times(dsn, "rt")
     assert len(set(times)) == len(times)
     assert jobs_of(dsn) == len(times)
