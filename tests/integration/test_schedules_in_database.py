@@ -298,3 +298,22 @@ def test_a_bad_definition_added_by_sql_logs_one_error_and_fires_nothing(
     assert len(errors) == 1, errors
     assert errors[0].startswith("schedule bad: its definition in pgfleet.schedules is refused")
     assert "61" in errors[0]
+
+
+def test_a_long_pause_is_not_caught_up_on_resume(dsn: str) -> None:
+    # Fires at :00 and :30. Paused over one fire time and resumed more than a scheduler's
+    # continuity window (15 s) later, a catch-up would run that missed fire at once.
+    sql(dsn, "SELECT pgfleet.schedule_add('rt', '0,30 * * * * *', 'noop')")
+    with running(config(), dsn):
+        wait_for(lambda: fire_times(dsn, "rt"), timeout=60, interval=0.2)
+        sql(dsn, "SELECT pgfleet.schedule_pause('rt')")
+        paused_at = fire_times(dsn, "rt")[-1]
+        missed = paused_at + timedelta(seconds=30)
+        wait_for(lambda: db_now(dsn) > missed + timedelta(seconds=16), timeout=90,
+                 interval=0.5)
+        resumed = db_now(dsn)
+        sql(dsn, "SELECT pgfleet.schedule_pause('rt', false)")
+        wait_for(lambda: fire_times(dsn, "rt")[-1] > paused_at, timeout=60, interval=0.2)
+    after = [t for t in fire_times(dsn, "rt") if t > paused_at]
+    assert missed not in after
+    assert after[0] == paused_at + timedelta(seconds=60), (paused_at, resumed, after)

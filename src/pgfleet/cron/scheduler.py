@@ -179,6 +179,11 @@ class Scheduler(DatabaseChild):
         published = fleet_store.publish_schedules(conn, holder=self.holder, host=self.host,
                                                   definitions=self.own)
         self.schedules = self._firing(published)
+        for entry in published:
+            if entry.name not in self.schedules:
+                # Watched while paused or disabled: resumed, it fires from its next fire
+                # time, not a catch-up of the ones it missed meanwhile.
+                self.seen[entry.name] = now
         for name in list(self.next_fire):
             if name not in self.schedules:
                 del self.next_fire[name]
