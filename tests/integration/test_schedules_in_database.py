@@ -166,7 +166,8 @@ def test_a_rolling_deploy_fires_each_period_once(
 
 def test_when_the_newer_hosts_stop_the_older_definition_fires_again(dsn: str) -> None:
     # A rollback: once no running scheduler holds the newer config, the older one fires.
-    with running(config(tick("*/2 * * * * *")), dsn):
+    with running(config(tick("*/2 * * * * *")), dsn) as a:
+        wait_for(lambda: first_published(dsn, a.scheduler), timeout=30)  # A is older
         with running(config(tick("1-59/2 * * * * *")), dsn) as b:
             wait_for(lambda: first_published(dsn, b.scheduler), timeout=30)
             wait_for(lambda: any(t.second % 2 for t in fire_times(dsn)), timeout=30)

@@ -32,7 +32,10 @@ BEGIN
                (holder, host, name, definition, first_published_at, seen_at)
         VALUES (publish_schedules.holder, publish_schedules.host, d.name, d.definition,
                 coalesce((SELECT min(o.first_published_at) FROM pgfleet.schedule_holders o
-                           WHERE o.name = d.name AND o.definition = d.definition), now()),
+                           WHERE o.name = d.name AND o.definition = d.definition),
+                         -- After the lock, not the transaction's start: a pass that
+                         -- waited for another host's publishes later than it.
+                         clock_timestamp()),
                 now())
         ON CONFLICT (holder, name) DO UPDATE
            SET definition = EXCLUDED.definition,
