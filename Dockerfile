@@ -14,6 +14,8 @@ WORKDIR /src
 RUN python -m venv /opt/pgfleet
 # Every dependency (and the build backend) at the version and hash of requirements.lock
 # (`make lock` writes it): a changed or substituted file on the index fails the build.
+# The lock holds the extras the docs install too (web, otel, embedded), so the image
+# can run `pgfleet web` and the OpenTelemetry hooks.
 COPY requirements.lock ./
 RUN /opt/pgfleet/bin/pip install --no-cache-dir --require-hashes -r requirements.lock
 COPY pyproject.toml README.md ./

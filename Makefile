@@ -1,22 +1,13 @@
 # The two commands of the README: `make setup` installs everything, `make test` runs the tests.
-PYTHON ?= python3
+# make setup puts pgfleet in .venv when the system's Python refuses pip (PEP 668); every
+# target then uses that one.
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 
-.PHONY: setup pgbouncer-service-off etcd-service-off test lint quickstart bench lock
+.PHONY: setup pgbouncer-service-off etcd-service-off test lint quickstart bench lock audit
 
+# What it installs, where and why: scripts/setup.sh says each on one line.
 setup:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
-	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer && \
-	   $(MAKE) --no-print-directory pgbouncer-service-off)
-	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime)
-	@command -v chromium >/dev/null || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
-	@command -v patroni >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	   patroni etcd-server etcd-client && $(MAKE) --no-print-directory etcd-service-off)
-	$(PYTHON) -m pip install -q -e '.[dev,embedded,web]'
+	@PYTHON=$(PYTHON) sh scripts/setup.sh
 
 # Debian's package enables (and, where services may start, starts) a system PgBouncer on
 # port 6432. The tests run their own, so the one `make setup` has just installed is stopped
@@ -46,11 +37,27 @@ lint:
 	$(PYTHON) -m ruff check src tests bench examples
 	$(PYTHON) -m mypy
 
-# requirements.lock: the image's dependencies, pinned with the hashes of every file of
-# each release. pip-tools runs from a throwaway virtualenv: a tool, not a dependency.
+# requirements.lock: pgfleet's dependencies with every extra the image or the docs install
+# (web, otel, embedded), pinned with the hashes of every file of each release. pip-tools
+# runs from a throwaway virtualenv: a tool, not a dependency.
 lock:
-	$(PYTHON) -m venv /tmp/pgfleet-piptools
-	/tmp/pgfleet-piptools/bin/pip install -q pip-tools
-	/tmp/pgfleet-piptools/bin/pip-compile --quiet --strip-extras --generate-hashes \
+	@tools=$$(mktemp -d) && trap 'rm -rf "$$tools"' EXIT && \
+	$(PYTHON) -m venv "$$tools" && \
+	"$$tools/bin/pip" install -q pip-tools && \
+	"$$tools/bin/pip-compile" --quiet --strip-extras --generate-hashes \
 	  --allow-unsafe --build-deps-for=wheel --no-emit-index-url --no-emit-find-links \
+	  --extra web --extra otel --extra embedded \
 	  --output-file requirements.lock pyproject.toml
+
+# pip-audit over requirements.lock, from a throwaway virtualenv like `lock`. It needs the
+# network (PyPI's advisories); without one it says so and fails.
+audit:
+	@$(PYTHON) -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/pip-audit/', timeout=10)" 2>/dev/null || \
+	  { echo "make audit: no network: https://pypi.org cannot be reached, so no advisory was checked" >&2; exit 2; }
+	@tools=$$(mktemp -d) && trap 'rm -rf "$$tools"' EXIT && \
+	$(PYTHON) -m venv "$$tools" && \
+	"$$tools/bin/pip" install -q pip-audit && \
+	"$$tools/bin/pip-audit" --progress-spinner off --strict --disable-pip --require-hashes \
+	  -r requirements.lock || { echo "make audit: failed: an advisory above, or a pinned" \
+	  "release the advisory service does not know (then nothing was checked for it)" >&2; \
+	  exit 1; }; echo "make audit: no known advisory in requirements.lock"

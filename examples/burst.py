@@ -79,7 +79,8 @@ def burst(count: int) -> list[dict[str, Any]]:
     return jobs
 
 
-def watch(dsn: str, ids: list[int], expected_dead: int, timeout: float) -> int:
+def watch(dsn: str, ids: list[int], expected_dead: int, timeout: float,
+          hint: bool = True) -> int:
     started = time.monotonic()
     last = ""
     while True:
@@ -96,7 +97,8 @@ def watch(dsn: str, ids: list[int], expected_dead: int, timeout: float) -> int:
         if queued == 0 and running == 0:
             print(f"done in {elapsed:.1f}s: {succeeded} succeeded, {dead} dead, "
                   f"{failed} failed attempts along the way")
-            print("look closer:  pgfleet jobs list --state dead   |   pgfleet status")
+            if hint:
+                print("look closer:  pgfleet jobs list --state dead   |   pgfleet status")
             return 0 if dead == expected_dead else 1
         if elapsed > timeout:
             print(f"not finished after {timeout:.0f}s; is the supervisor running?")
@@ -111,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-wait", action="store_true", help="enqueue and exit")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds to wait for the burst to finish")
+    # make quickstart stops the server after the burst, so it prints hints of its own.
+    parser.add_argument("--no-hint", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     dsn = find_database(args.database_url, wait=120.0)
     jobs = burst(args.count)
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(jobs) - args.count - 1} sales reports, 1 payment for an unknown order")
     if args.no_wait:
         return 0
-    return watch(dsn, ids, expected_dead=1, timeout=args.timeout)
+    return watch(dsn, ids, expected_dead=1, timeout=args.timeout, hint=not args.no_hint)
 
 
 if __name__ == "__main__":

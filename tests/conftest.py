@@ -15,6 +15,34 @@ ROOT = Path(__file__).resolve().parent.parent
 SUPPORT = ROOT / "tests" / "support"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    problem = pg.prefix_problem()
+    if problem:
+        raise pytest.UsageError(problem)
+    # The controller picks the run id before xdist starts its workers, which inherit it.
+    if not hasattr(config, "workerinput"):
+        pg.new_run()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run leaves no database or role behind: the controller (not an xdist worker)
+    drops the run's runtime role, then checks that nothing named for the run remains."""
+    if hasattr(session.config, "workerinput"):
+        return
+    try:
+        pg.drop_run_roles()
+        dbs, roles = pg.leftovers()
+    except psycopg.Error as exc:
+        dbs, roles = [], []
+        if exitstatus == 0:
+            print(f"\npgfleet suite: could not check for leftovers: {exc}")
+    if dbs or roles:
+        print(f"\npgfleet suite: this run left behind databases {dbs} and roles {roles};"
+              " dropped them now")
+        pg.clean_up(dbs, roles)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def template_db() -> Iterator[str]:
     name = pg.make_template()

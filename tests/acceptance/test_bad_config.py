@@ -73,8 +73,8 @@ def test_check_accepts_a_good_file_and_warns_about_connections(
     out = subprocess.run([sys.executable, "-m", "pgfleet", "check", "-c", str(path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "258 database connection(s) per host" in out.stdout
-    assert "warning: this host alone needs 258 connections" in out.stderr
+    assert "259 database connection(s) per host" in out.stdout
+    assert "warning: this host alone needs 259 connections" in out.stderr
 
 
 def test_config_schema_is_json_schema() -> None:

@@ -125,3 +125,40 @@ def test_hup_picks_up_added_and_removed_schedules(
     settle(2.0)  # two fire times of the removed schedule pass: neither may run
     assert fire_times(dsn)[-1] == stopped_at
     assert stopped_at < datetime.now(stopped_at.tzinfo) - timedelta(seconds=1)
+
+
+def test_a_runtime_schedule_and_its_pause_survive_a_supervisor_restart(
+    dsn: str, fleet: Callable[..., Fleet]
+) -> None:
+    # A supervisor whose file has no schedule still fires the database's.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgfleet.schedule_add('rt', '* * * * * *', 'noop', queue => 'cron')")
+    first = fleet({"cron": {"processes": 1}}, name="first")
+    wait_for(lambda: len(fire_times(dsn, "rt")) >= 2, timeout=60)
+    first.signal(signal.SIGHUP)  # a reload keeps it too
+    mark = len(fire_times(dsn, "rt"))
+    wait_for(lambda: len(fire_times(dsn, "rt")) >= mark + 2, timeout=60)
+    first.signal(signal.SIGTERM)
+    assert first.wait(60) == 0
+
+    second = fleet({"cron": {"processes": 1}}, name="second")
+    mark = len(fire_times(dsn, "rt"))
+    wait_for(lambda: len(fire_times(dsn, "rt")) >= mark + 2, timeout=60)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgfleet.schedule_pause('rt')")
+    second.signal(signal.SIGTERM)
+    assert second.wait(60) == 0
+    paused_at = fire_times(dsn, "rt")[-1]
+
+    third = fleet({"cron": {"processes": 1}}, name="third")
+    scheduler_pid(third)
+    settle(3.0)  # three fire times pass under a running scheduler: none may run
+    assert fire_times(dsn, "rt")[-1] == paused_at
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgfleet.schedule_pause('rt', false)")
+    wait_for(lambda: fire_times(dsn, "rt")[-1] > paused_at, timeout=60)
+    third.signal(signal.SIGTERM)  # no fire between the two counts below
+    assert third.wait(60) == 0
+    times = fire_times(dsn, "rt")
+    assert len(set(times)) == len(times)
+    assert jobs_of(dsn) == len(times)

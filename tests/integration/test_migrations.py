@@ -126,3 +126,41 @@ def test_counters_at_the_integer_limit_are_refused_and_old_ones_brought_back(
                 assert "bound" in str(refused) or "refunds_check" in str(refused)
             else:
                 raise AssertionError(f"{column} 2147483647 was accepted")
+
+
+def test_a_scheduler_role_of_an_older_install_keeps_firing_after_the_upgrade(
+        empty_dsn: str) -> None:
+    """Migration 0029 keeps the schedules in the database: a role that fired schedules
+    before it (it may write schedule_runs) is granted the new tables and functions, so its
+    scheduler keeps firing without `pgfleet grants` being applied again."""
+    from pgfleet.config import parse_config_text
+    from pgfleet.cron.scheduler import Scheduler
+    from tests.support.pg import admin, dsn_for
+
+    migrations.migrate(empty_dsn, target=26)
+    role = f"old_scheduler_{threading.get_ident() % 100000}"
+    with admin() as server:
+        server.execute(f"DROP ROLE IF EXISTS {role}")
+        server.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        with psycopg.connect(empty_dsn, autocommit=True) as owner:
+            owner.execute(f"GRANT USAGE ON SCHEMA pgfleet TO {role}")
+            owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.jobs,"
+                          f" pgfleet.schedule_runs TO {role}")
+            owner.execute("GRANT EXECUTE ON FUNCTION pgfleet.enqueue(text, jsonb, text,"
+                          " integer, timestamptz, integer, text, jsonb, text) TO " + role)
+            owner.execute("INSERT INTO pgfleet.schedule_runs (schedule, fire_time)"
+                          " VALUES ('tick', date_trunc('minute', now()) - interval '1 minute')")
+        migrations.migrate(empty_dsn)
+        dbname = psycopg.conninfo.conninfo_to_dict(empty_dsn)["dbname"]
+        config = parse_config_text('queues:\n  default: {}\nschedules:\n  tick:\n'
+                                   '    cron: "* * * * *"\n    task: noop\n')
+        fired = Scheduler(config, dsn_for(str(dbname), user=role)).tick()
+        assert [f.schedule for f in fired] == ["tick"]
+        with psycopg.connect(dsn_for(str(dbname), user=role), autocommit=True) as conn:
+            conn.execute("SELECT pgfleet.schedule_pause('tick')")
+    finally:
+        with psycopg.connect(empty_dsn, autocommit=True) as owner:
+            owner.execute(f"DROP OWNED BY {role}")
+        with admin() as server:
+            server.execute(f"DROP ROLE {role}")

@@ -72,15 +72,17 @@ def test_compose_services_volumes_and_healthchecks() -> None:
     assert {"postgres", "migrate", "pgfleet-a", "pgfleet-b", "prometheus", "grafana"} <= set(
         services)
     for name, service in services.items():
-        if name != "migrate":
+        if name not in ("migrate", "grants"):  # one-off steps
             assert "healthcheck" in service, f"{name} has no healthcheck"
     for host in ("pgfleet-a", "pgfleet-b"):
         service = services[host]
         assert service["command"][-3:] == ["run", "-c", "examples/pgfleet.yaml"]
-        assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        assert service["depends_on"]["grants"]["condition"] == "service_completed_successfully"
         assert "/livez" in " ".join(service["healthcheck"]["test"])
         grace = int(service["stop_grace_period"].rstrip("s"))
         assert grace > 10  # the example's shutdown_timeout
+    assert services["grants"]["depends_on"]["migrate"]["condition"] == \
+        "service_completed_successfully"
     assert services["migrate"]["command"] == ["migrate"]
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     declared = set(data["volumes"])
@@ -91,6 +93,43 @@ def test_compose_services_volumes_and_healthchecks() -> None:
                 assert (ROOT / source).exists(), f"{name} mounts missing {source}"
             else:
                 assert source in declared, f"{name} uses undeclared volume {source}"
+
+
+def test_compose_runs_migrations_as_the_owner_and_pgfleet_as_the_runtime_role() -> None:
+    services = _compose()["services"]
+
+    def user(service: str) -> str:
+        url = services[service]["environment"]["PGFLEET_DATABASE_URL"]
+        found = re.fullmatch(r"postgresql://(\w+)@postgres:5432/pgfleet", url)
+        assert found, f"{service}: {url} (a password in the URL, or not the pgfleet database)"
+        return found[1]
+
+    assert user("migrate") == user("grants") == "pgfleet_owner"
+    assert user("pgfleet-a") == user("pgfleet-b") == "pgfleet_runtime"
+    assert services["grants"]["command"] == ["grants", "--runtime", "pgfleet_runtime",
+                                             "--apply"]
+    # The superuser's name is the image's default and appears nowhere pgfleet connects.
+    assert "POSTGRES_USER" not in services["postgres"]["environment"]
+    init = [v for v in services["postgres"]["volumes"] if "docker-entrypoint-initdb.d" in v]
+    assert init == ["./examples/compose/init-roles.sh:"
+                    "/docker-entrypoint-initdb.d/10-pgfleet-roles.sh:ro"]
+
+
+def test_compose_passwords_come_from_the_env_file() -> None:
+    text = COMPOSE.read_text()
+    example = dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text()
+                   .splitlines() if line and not line.startswith("#"))
+    used = set(re.findall(r"\$\{(\w+):\?[^}]*\}", text))
+    assert used == set(example), (used, set(example))
+    # Every value naming a password is a required variable, never a literal.
+    for key, value in re.findall(r"^\s*(\w*PASSWORD\w*):\s*(.*)$", text, re.M):
+        assert re.fullmatch(r"\$\{\w+:\?[^}]*\}", value), f"{key}: {value}"
+    assert "PGPASSWORD" in text and "pgfleet:pgfleet" not in text
+    assert ".env" in (ROOT / ".gitignore").read_text().split()
+    assert ".env" in (ROOT / ".dockerignore").read_text().split()
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", ".env", ".env.example"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert ".env" not in tracked
 
 
 def test_compose_prometheus_scrapes_both_hosts_with_the_alerts() -> None:

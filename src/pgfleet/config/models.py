@@ -224,6 +224,11 @@ class ScheduleConfig(BaseModel):
         default=3600.0, description="How late a missed fire (e.g. after downtime) may still run."
     )
 
+    def definition(self) -> dict[str, Any]:
+        """The schedule as published to pgfleet.schedules: every field that decides what
+        fires and when, in JSON types."""
+        return self.model_dump(mode="json")
+
     @field_validator("cron")
     @classmethod
     def _valid_cron(cls, value: str) -> str:

@@ -15,19 +15,29 @@ scheduler that looks for the first time, or after an outage longer than CONTINUI
 applies the catch-up rule: of the fire times due since the last recorded run only the
 LATEST runs, once, and only if it is at most max_delay old; older misses are skipped with
 one log line. A schedule that never ran waits for its next fire time.
+
+Which definitions fire. Each pass first publishes this scheduler's config definitions
+(pgfleet.publish_schedules) and fires what that returns: for every config name the
+definition first published latest among the schedulers seen in the last minute, and every
+schedule added at runtime. Hosts that disagree about a name thus fire one definition, the
+newest config's; a scheduler whose own definition lost logs an error once.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from pydantic import ValidationError
 
 from pgfleet import metrics
 from pgfleet.client.enqueue import DEFAULT_MAX_ATTEMPTS
@@ -39,6 +49,7 @@ from pgfleet.runtime.child import BEAT_EVERY
 from pgfleet.runtime.db_child import DatabaseChild
 from pgfleet.sql import fleet as fleet_store
 from pgfleet.sql.db import first_line, scrub
+from pgfleet.sql.rows import PublishedSchedule
 
 log = logging.getLogger("pgfleet.cron.scheduler")
 
@@ -71,9 +82,19 @@ class Scheduler(DatabaseChild):
         # Called inside each fire transaction between its two writes; tests make it raise
         # to show that a crash there leaves nothing behind.
         self.fire_hook = fire_hook
+        # This host's config, every entry (a disabled one is a definition too: a newer
+        # config that disables a schedule stops the older hosts' fires).
+        self.own: dict[str, dict[str, Any]] = {
+            name: s.definition() for name, s in config.schedules.items()
+        }
+        self.host = socket.gethostname()
+        self.holder = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # What fires: the published definitions, filled by each pass.
         self.schedules: dict[str, ScheduleConfig] = {
             name: s for name, s in config.schedules.items() if s.enabled
         }
+        # The published definition each of this host's disagreeing names was logged for.
+        self.disagreed: dict[str, str] = {}
         # Database time of this scheduler's last successful pass over each schedule.
         self.seen: dict[str, datetime] = {}
         self.next_fire: dict[str, datetime] = {}
@@ -91,7 +112,8 @@ class Scheduler(DatabaseChild):
         last_pass = float("-inf")
         while not self.stopping and not self.parent_gone():
             self.beat()
-            wait = self._time_to_next_pass(anchor, last_pass) if self.schedules else BEAT_EVERY
+            # Passes run without any config schedule too: runtime ones may appear.
+            wait = self._time_to_next_pass(anchor, last_pass)
             if wait > 0:
                 self.wakeup.wait(min(wait, BEAT_EVERY))
                 continue
@@ -107,8 +129,20 @@ class Scheduler(DatabaseChild):
             if self.reconnect.succeeded():
                 log.info("scheduler reconnected to the database")
             last_pass = time.monotonic()
+        self.retire()
         self.drop_connection()
         return 0
+
+    def retire(self) -> None:
+        """Stop counting as a live scheduler, so a reload's new definitions win at once."""
+        if self.conn is None:
+            return
+        try:
+            fleet_store.retire_schedule_holder(self.conn, self.holder)
+        except psycopg.Error as exc:
+            # Then this scheduler's rows stop counting a minute after its last pass.
+            log.warning("scheduler could not retire its schedules: %s",
+                        first_line(exc, self.dsn))
 
     def _time_to_next_pass(self, anchor: tuple[datetime, float] | None,
                            last_pass: float) -> float:
@@ -142,6 +176,17 @@ class Scheduler(DatabaseChild):
 
     def _fire_due(self, conn: psycopg.Connection[Any], now: datetime) -> list[Fired]:
         fired: list[Fired] = []
+        published = fleet_store.publish_schedules(conn, holder=self.holder, host=self.host,
+                                                  definitions=self.own)
+        self.schedules = self._firing(published)
+        for entry in published:
+            if entry.name not in self.schedules:
+                # Watched while paused or disabled: resumed, it fires from its next fire
+                # time, not a catch-up of the ones it missed meanwhile.
+                self.seen[entry.name] = now
+        for name in list(self.next_fire):
+            if name not in self.schedules:
+                del self.next_fire[name]
         last_runs = fleet_store.schedule_last_runs(conn, list(self.schedules))
         for name, schedule in self.schedules.items():
             last = last_runs.get(name)
@@ -161,6 +206,44 @@ class Scheduler(DatabaseChild):
                 last = f.fire_time if last is None else max(last, f.fire_time)
             self._publish(name, schedule, now, last)
         return fired
+
+    def _firing(self, published: list[PublishedSchedule]) -> dict[str, ScheduleConfig]:
+        """The published schedules this pass fires: enabled, not paused, valid."""
+        firing: dict[str, ScheduleConfig] = {}
+        for entry in published:
+            self._compare(entry)
+            if entry.paused or not entry.definition.get("enabled", True):
+                continue
+            try:
+                schedule = ScheduleConfig.model_validate(entry.definition)
+            except ValidationError as exc:
+                problem = "; ".join(e["msg"] for e in exc.errors())
+                self._report(entry.name, problem,
+                             verb="its definition in pgfleet.schedules is refused, so it"
+                                  " fires nothing")
+                continue
+            if entry.name not in self.schedules:
+                metrics.schedule_runs.labels(entry.name)  # at 0 from the start
+            firing[entry.name] = schedule
+        return firing
+
+    def _compare(self, entry: PublishedSchedule) -> None:
+        mine = self.own.get(entry.name)
+        if mine is None or (entry.source == "config" and entry.definition == mine):
+            self.disagreed.pop(entry.name, None)
+            return
+        shown = json.dumps(entry.definition, sort_keys=True)
+        if self.disagreed.get(entry.name) == shown:
+            return
+        self.disagreed[entry.name] = shown
+        if entry.source == "runtime":
+            log.error("schedule %s: the name belongs to a schedule added at runtime; this"
+                      " host's config entry is ignored and the runtime one fires", entry.name)
+        else:
+            log.error("schedule %s: this host's config defines it as %s, but a newer config"
+                      " published %s; only the published definition fires (deploy the same"
+                      " config everywhere)", entry.name, json.dumps(mine, sort_keys=True),
+                      shown)
 
     def _fire_schedule(self, conn: psycopg.Connection[Any], name: str, schedule: ScheduleConfig,
                        now: datetime, last: datetime | None) -> list[Fired]:
@@ -251,11 +334,11 @@ class Scheduler(DatabaseChild):
         else:
             self.next_fire.pop(name, None)
 
-    def _report(self, name: str, error: str) -> None:
+    def _report(self, name: str, error: str,
+                verb: str = "could not enqueue its job (will retry)") -> None:
         if self.reported.get(name) != error:
             self.reported[name] = error
-            log.error("schedule %s: could not enqueue its job (will retry): %s", name,
-                      scrub(error, self.dsn))
+            log.error("schedule %s: %s: %s", name, verb, scrub(error, self.dsn))
 
 
 def _count_text(count: int) -> str:

@@ -20,13 +20,16 @@ from pgfleet.sql.rows import (
     HeartbeatAge,
     NewJobs,
     ProcessRow,
+    PublishedSchedule,
     QueueAge,
     QueueCount,
     QueueName,
     QueueTally,
     ScheduleFire,
+    ScheduleHolderRow,
     ScheduleJob,
     ScheduleLastRun,
+    ScheduleRow,
     ScheduleRunJob,
     XminHolder,
 )
@@ -209,3 +212,43 @@ def publish_queue_defaults(conn: Conn, rows: Mapping[str, int]) -> int:
     """Write queue → max_attempts to pgfleet.queue_defaults; rows changed."""
     return _exec(conn, "publish_queue_defaults", {
         "queues": list(rows), "max_attempts": list(rows.values())})
+
+
+def publish_schedules(conn: Conn, *, holder: str, host: str,
+                      definitions: Mapping[str, Mapping[str, Any]]) -> list[PublishedSchedule]:
+    """Publish this scheduler's config definitions; returns every schedule to fire."""
+    return _many(conn, "publish_schedules",
+                 {"holder": holder, "host": host, "definitions": json.dumps(definitions)},
+                 PublishedSchedule)
+
+
+def schedules_all(conn: Conn) -> list[ScheduleRow]:
+    return _many(conn, "schedules_all", None, ScheduleRow)
+
+
+def schedule_live_holders(conn: Conn) -> list[ScheduleHolderRow]:
+    return _many(conn, "schedule_live_holders", None, ScheduleHolderRow)
+
+
+def schedule_add(conn: Conn, *, name: str, cron: str, task: str, args: Mapping[str, Any],
+                 timezone: str, queue: str, priority: int, max_delay: float) -> None:
+    _exec(conn, "schedule_add", {"name": name, "cron": cron, "task": task,
+                                 "args": json.dumps(args), "timezone": timezone,
+                                 "queue": queue, "priority": priority,
+                                 "max_delay": max_delay})
+
+
+def schedule_pause(conn: Conn, name: str, paused: bool) -> None:
+    _exec(conn, "schedule_pause", {"name": name, "paused": paused})
+
+
+def schedule_remove(conn: Conn, name: str) -> None:
+    _exec(conn, "schedule_remove", {"name": name})
+
+
+def schedule_run_now(conn: Conn, name: str) -> int:
+    return int(_scalar(conn, "schedule_run_now", {"name": name}))
+
+
+def retire_schedule_holder(conn: Conn, holder: str) -> None:
+    _exec(conn, "retire_schedule_holder", {"holder": holder})

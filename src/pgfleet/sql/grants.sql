@@ -15,6 +15,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.jobs TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queues TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.processes TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.schedule_runs TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.schedules TO {runtime};
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.schedule_holders TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.task_defaults TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_defaults TO {runtime};
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgfleet.queue_limits TO {runtime};
@@ -30,6 +32,11 @@ GRANT EXECUTE ON FUNCTION pgfleet.jobs_holding_keys(text[], text[]) TO {runtime}
 GRANT EXECUTE ON FUNCTION pgfleet.cancel_jobs(bigint[], text, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.job_outcome(bigint, boolean) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.job_result(bigint) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.publish_schedules(text, text, jsonb) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.schedule_add(text, text, text, jsonb, text, text, integer, float8) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.schedule_pause(text, boolean) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.schedule_remove(text) TO {runtime};
+GRANT EXECUTE ON FUNCTION pgfleet.schedule_run_now(text) TO {runtime};
 GRANT EXECUTE ON FUNCTION pgfleet.claim_limited(text, text, integer, float8, integer, integer, integer, float8, integer) TO {runtime};
 -- The claims in both signatures: during an upgrade, workers of the previous version call
 -- the ones without max_bytes.

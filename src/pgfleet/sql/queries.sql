@@ -620,6 +620,34 @@ SELECT s.name, r.fire_time, r.job_id, j.state::text AS state
          WHERE schedule = s.name ORDER BY fire_time DESC LIMIT 1) r ON true
   LEFT JOIN pgfleet.jobs j ON j.id = r.job_id
 
+-- name: publish_schedules :many
+-- A scheduler's pass: its config's definitions go in, every schedule to fire comes out.
+SELECT name, source, definition, paused
+  FROM pgfleet.publish_schedules(%(holder)s, %(host)s, %(definitions)s::jsonb)
+
+-- name: schedules_all :many
+-- `pgfleet cron list`: every schedule in the database, config and runtime alike.
+SELECT name, source, definition, paused, published_at FROM pgfleet.schedules ORDER BY name
+
+-- name: schedule_live_holders :many
+-- `pgfleet cron list`: what each scheduler seen in the last minute holds, to show the
+-- hosts whose config disagrees with the published definition.
+SELECT name, host, holder, definition, first_published_at FROM pgfleet.schedule_holders
+ WHERE seen_at >= now() - interval '1 minute' ORDER BY name, host, holder
+
+-- name: schedule_add :exec
+SELECT FROM pgfleet.schedule_add(%(name)s, %(cron)s, %(task)s, %(args)s::jsonb, %(timezone)s,
+                                 %(queue)s, %(priority)s, %(max_delay)s)
+
+-- name: schedule_pause :exec
+SELECT FROM pgfleet.schedule_pause(%(name)s, %(paused)s)
+
+-- name: schedule_remove :exec
+SELECT FROM pgfleet.schedule_remove(%(name)s)
+
+-- name: schedule_run_now :scalar
+SELECT pgfleet.schedule_run_now(%(name)s)
+
 -- name: max_job_id :scalar
 SELECT coalesce(max(id), 0) AS max_id FROM pgfleet.jobs
 
@@ -838,3 +866,10 @@ SELECT (SELECT coalesce(sum(pg_stat_get_dead_tuples(t.relid)), 0)
           FROM (SELECT rel.idx AS relid UNION SELECT relid FROM pg_partition_tree(rel.idx)) t
        )::bigint AS claim_index_bytes
   FROM rel
+
+-- name: retire_schedule_holder :exec
+-- A scheduler that stops no longer counts as live, but its rows stay a week: they keep
+-- the date each definition was first published, so an older config started again later
+-- does not count as new.
+UPDATE pgfleet.schedule_holders SET seen_at = now() - interval '2 minutes'
+ WHERE holder = %(holder)s

@@ -320,6 +320,38 @@ class ScheduleLastRun:
 
 
 @dataclass(frozen=True)
+class PublishedSchedule:
+    """A schedule every scheduler fires: a config one as published, or a runtime one."""
+
+    name: str
+    source: str
+    definition: dict[str, Any]
+    paused: bool
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """`pgfleet cron list`: one row of pgfleet.schedules."""
+
+    name: str
+    source: str
+    definition: dict[str, Any]
+    paused: bool
+    published_at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleHolderRow:
+    """A live scheduler's own definition of a config schedule."""
+
+    name: str
+    host: str
+    holder: str
+    definition: dict[str, Any]
+    first_published_at: datetime
+
+
+@dataclass(frozen=True)
 class ScheduleRunJob:
     name: str
     fire_time: datetime | None

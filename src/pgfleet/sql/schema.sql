@@ -205,6 +205,32 @@ CREATE TABLE pgfleet.schedule_runs (
 );
 CREATE INDEX schedule_runs_latest_idx ON pgfleet.schedule_runs (schedule, fire_time DESC);
 
+-- The schedules every scheduler fires: a config schedule's published definition (the
+-- newest config's, chosen by pgfleet.publish_schedules) or a schedule added at runtime.
+-- definition holds cron, timezone, task, args, queue, priority, enabled and max_delay.
+CREATE TABLE pgfleet.schedules (
+    name         text PRIMARY KEY,
+    source       text NOT NULL CHECK (source IN ('config', 'runtime')),
+    definition   jsonb NOT NULL CHECK (jsonb_typeof(definition) = 'object'),
+    paused       boolean NOT NULL DEFAULT false,
+    published_at timestamptz NOT NULL DEFAULT now(),
+    updated_at   timestamptz NOT NULL DEFAULT now()
+);
+
+-- What each running scheduler's config says about each of its schedules. first_published_at
+-- is when any scheduler first published that definition: the newest one among live
+-- schedulers wins, so a host restarted with an older config does not take a name back.
+CREATE TABLE pgfleet.schedule_holders (
+    holder             text NOT NULL,
+    host               text NOT NULL,
+    name               text NOT NULL,
+    definition         jsonb NOT NULL,
+    first_published_at timestamptz NOT NULL,
+    seen_at            timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (holder, name)
+);
+CREATE INDEX schedule_holders_name_idx ON pgfleet.schedule_holders (name, seen_at);
+
 
 -- The database the fleet works on ---------------------------------------------------------
 

@@ -45,6 +45,7 @@ from pgfleet.sql.rows import (
     NewJobRow as NewJobRow,
     NewJobs as NewJobs,
     ProcessRow as ProcessRow,
+    PublishedSchedule as PublishedSchedule,
     QueueAge as QueueAge,
     QueueCount as QueueCount,
     QueueName as QueueName,
@@ -52,8 +53,10 @@ from pgfleet.sql.rows import (
     RenewedJob as RenewedJob,
     RescuedJob as RescuedJob,
     ScheduleFire as ScheduleFire,
+    ScheduleHolderRow as ScheduleHolderRow,
     ScheduleJob as ScheduleJob,
     ScheduleLastRun as ScheduleLastRun,
+    ScheduleRow as ScheduleRow,
     ScheduleRunJob as ScheduleRunJob,
     XminHolder as XminHolder,
 )

@@ -49,9 +49,9 @@ class Identity:
 
 def desired_slots(config: Config, extra_processes: int) -> list[Slot]:
     """Every child the config asks for; TTIN/TTOU move each queue by `extra_processes`."""
-    slots = [Slot("maintenance")]
-    if config.schedules:
-        slots.append(Slot("scheduler"))
+    # A scheduler runs even without schedules in the file: it fires the ones added at
+    # runtime (pgfleet cron add).
+    slots = [Slot("maintenance"), Slot("scheduler")]
     if config.metrics.enabled:
         slots.append(Slot("exporter"))
     if config.web.enabled:
