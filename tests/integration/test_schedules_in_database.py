@@ -223,6 +223,17 @@ def test_runtime_schedule_functions_refuse_with_one_clear_message(dsn: str) -> N
         ("SELECT pgfleet.schedule_add('x', '@daily', 'noop', '[]')", "args must be a JSON"),
         ("SELECT pgfleet.schedule_add('x', '', 'noop')", "must be non-empty"),
         ("SELECT pgfleet.schedule_add('x', '@daily', 'noop', max_delay => -1)", "max_delay"),
+        # What a fire's enqueue would refuse is refused here, and names stay printable.
+        ("SELECT pgfleet.schedule_add('x', '@daily', 'noop',"
+         " jsonb_build_object('x', repeat('a', 2000000)))", "over the limit of 1048576 bytes"),
+        ("SELECT pgfleet.schedule_add('x', '@daily', 'noop', (repeat('{\"a\":', 70)"
+         " || '1' || repeat('}', 70))::jsonb)", "nested deeper than 64 levels"),
+        ("SELECT pgfleet.schedule_add(E'evil\\nname', '@daily', 'noop')",
+         "must not contain control characters"),
+        ("SELECT pgfleet.schedule_add('x', E'* * * * *\\n', 'noop')",
+         "must not contain control characters"),
+        ("SELECT pgfleet.schedule_add('x', '@daily', E'no\\x07task')",
+         "must not contain control characters"),
         ("SELECT pgfleet.schedule_remove('tick')", "'tick' comes from a config file"),
         ("SELECT pgfleet.schedule_remove('nope')", "no schedule named 'nope'"),
         ("SELECT pgfleet.schedule_pause('nope')", "no schedule named 'nope'"),
@@ -318,3 +329,20 @@ def test_a_long_pause_is_not_caught_up_on_resume(dsn: str) -> None:
     after = [t for t in fire_times(dsn, "rt") if t > paused_at]
     assert missed not in after
     assert after[0] == paused_at + timedelta(seconds=60), (paused_at, resumed, after)
+
+
+def test_a_schedule_whose_job_is_refused_stops_no_other(dsn: str) -> None:
+    """A row written straight into pgfleet.schedules with args no enqueue takes: its fires
+    fail alone, named in the log, while the other schedules keep firing every time."""
+    big = "x" * 1_100_000
+    sql(dsn, "INSERT INTO pgfleet.schedules (name, source, definition) VALUES"
+             " ('big', 'runtime', jsonb_build_object('cron', '* * * * * *', 'timezone', 'UTC',"
+             " 'task', 'noop', 'args', jsonb_build_object('x', %s::text), 'queue', 'default',"
+             " 'priority', 0, 'enabled', true, 'max_delay', 3600)) RETURNING name", (big,))
+    with running(config(tick("* * * * * *")), dsn):
+        wait_for(lambda: len(fire_times(dsn)) >= 3, timeout=30, interval=0.1)
+    runs = fire_times(dsn)
+    # Every second from the first fire to the last, none skipped.
+    assert [(b - a).total_seconds() for a, b in itertools.pairwise(runs)] \
+        == [1.0] * (len(runs) - 1)
+    assert fire_times(dsn, "big") == []

@@ -43,7 +43,7 @@ from pgfleet import metrics
 from pgfleet.client.enqueue import DEFAULT_MAX_ATTEMPTS
 from pgfleet.config import Config, ScheduleConfig
 from pgfleet.core.crontab import fire_times_after, previous_fire_time
-from pgfleet.errors import DatabaseUnavailable
+from pgfleet.errors import DatabaseUnavailable, PayloadError
 from pgfleet.runtime.beacon import Beacon
 from pgfleet.runtime.child import BEAT_EVERY
 from pgfleet.runtime.db_child import DatabaseChild
@@ -192,10 +192,11 @@ class Scheduler(DatabaseChild):
             last = last_runs.get(name)
             try:
                 made = self._fire_schedule(conn, name, schedule, now, last)
-            except (psycopg.OperationalError, psycopg.InterfaceError):
-                raise
-            except psycopg.Error as exc:
-                # A refused job (a trigger of the user's, say) must not stop other schedules;
+            except (psycopg.Error, PayloadError) as exc:
+                if conn.broken or conn.closed:
+                    raise  # the database went away: the pass retries with a new connection
+                # A refused job (args over the limits, whose SQLSTATE psycopg counts as an
+                # OperationalError; a trigger of the user's) must not stop other schedules;
                 # the fire time stays open and is retried next pass.
                 self._report(name, f"{type(exc).__name__}: {str(exc).strip()}")
                 continue

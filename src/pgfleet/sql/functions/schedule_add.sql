@@ -10,6 +10,8 @@ CREATE OR REPLACE FUNCTION pgfleet.schedule_add(
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    problem text;
 BEGIN
     IF length(coalesce(schedule_add.name, '')) NOT BETWEEN 1 AND 255
        OR length(coalesce(schedule_add.cron, '')) NOT BETWEEN 1 AND 200
@@ -21,6 +23,18 @@ BEGIN
     IF jsonb_typeof(schedule_add.args) IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION 'pgfleet.schedule_add: args must be a JSON object'
             USING ERRCODE = '22023';
+    END IF;
+    -- The limits every job's args and names meet: a fire's enqueue would refuse them, and
+    -- the name and expression are printed in logs.
+    problem := coalesce(pgfleet.args_problem(schedule_add.args),
+                        pgfleet.names_problem(schedule_add.task, schedule_add.queue,
+                                              NULL, NULL));
+    IF problem IS NULL AND (schedule_add.name || schedule_add.cron)
+                           OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+        problem := 'name and cron must not contain control characters';
+    END IF;
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgfleet.schedule_add: %', problem USING ERRCODE = '22023';
     END IF;
     IF schedule_add.priority IS NULL OR schedule_add.priority NOT BETWEEN -1000 AND 1000
        OR schedule_add.max_delay IS NULL OR NOT schedule_add.max_delay > 0
